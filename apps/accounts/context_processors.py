@@ -1,0 +1,16 @@
+"""Template context: the current user's roles, for navigation."""
+
+from typing import Any
+
+from django.http import HttpRequest
+
+from apps.accounts.roles import STAFF_ROLES, Role, has_role
+
+
+def roles(request: HttpRequest) -> dict[str, Any]:
+    """Flags the base template uses to show only the links a role may follow."""
+    user = request.user
+    return {
+        "is_staff_role": has_role(user, *STAFF_ROLES),
+        "is_admin_role": has_role(user, Role.ADMIN),
+    }

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from apps.members import views
+
+app_name = "members"
+urlpatterns = [
+    path("me/", views.DashboardView.as_view(), name="dashboard"),
+    path("office-hours/", views.OfficeHoursView.as_view(), name="office_hours"),
+]

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `make run`: demo data, the lab when possible, then web + worker + beat in the foreground.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PORT=${PORT:-8000}
+HOST=${PORTAL_HOST:-127.0.0.1}
+
+if ! .venv/bin/python - "$HOST" "$PORT" <<'PY'
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    s.bind((sys.argv[1], int(sys.argv[2])))
+except OSError as exc:
+    sys.exit(f"Port {sys.argv[2]} on {sys.argv[1]} is already in use ({exc.strerror}). "
+             f"Stop the program that holds it (see `ss -ltnp 'sport = :{sys.argv[2]}'`) "
+             f"or choose another port: make run PORT=8001")
+PY
+then
+  exit 1
+fi
+
+.venv/bin/python manage.py seed_demo
+if [[ -x deploy/lab/lab.sh ]]; then
+  if [[ $(id -u) -eq 0 ]]; then
+    bash deploy/lab/lab.sh up || echo "The firewall lab could not be built; the portal runs without a reachable firewall."
+  else
+    echo "Not root: the firewall lab (network namespaces) is not built; no firewall is reachable."
+  fi
+fi
+echo "Portal: http://$HOST:$PORT/  (logins resident, volunteer, support, admin; password demo)"
+exec .venv/bin/honcho -f deploy/dev/Procfile -d . start

@@ -1,0 +1,5 @@
+"""The network portal: Django project package (settings, urls, Celery app)."""
+
+from portal.celery import app as celery_app
+
+__all__ = ["celery_app"]

@@ -1,0 +1,33 @@
+"""The Celery app: tasks live in `workers/`, configuration in Django settings (CELERY_*)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from celery import Celery
+from celery.beat import PersistentScheduler
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+app = Celery("portal", include=["workers.health"])
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+class PortalScheduler(PersistentScheduler):
+    """Beat's scheduler, which also records that beat itself is alive (for the status page)."""
+
+    _last_beat = 0.0
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        now = time.monotonic()
+        if now - self._last_beat >= 2:
+            from apps.health.heartbeat import beat_alive_mark
+
+            try:
+                beat_alive_mark()
+                self._last_beat = now
+            except Exception:
+                self._last_beat = now
+        return super().tick(*args, **kwargs)

@@ -1,0 +1,17 @@
+"""Test settings: the same real services, with their own Redis database and cache prefix."""
+
+import os
+
+from portal.settings import *  # noqa: F403
+from portal.settings import CACHES, RUN_DIR, STORAGES
+
+# Embedded services: tests use Redis database 1, so a running `make run` keeps its own state.
+REDIS_URL = os.environ.get("REDIS_URL") or f"unix://{RUN_DIR}/redis.sock?db=1"
+CELERY_BROKER_URL = (
+    os.environ.get("CELERY_BROKER_URL") or f"redis+socket://{RUN_DIR}/redis.sock?virtual_host=1"
+)
+CACHES["default"]["LOCATION"] = REDIS_URL
+CACHES["default"]["KEY_PREFIX"] = "portal-test"
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"

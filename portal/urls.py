@@ -1,0 +1,14 @@
+"""URL configuration."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("api/", include("portal.api_urls")),
+    path("", include("apps.core.urls")),
+    path("", include("apps.members.urls")),
+    path("", include("apps.health.urls")),
+]

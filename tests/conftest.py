@@ -1,0 +1,38 @@
+"""Shared fixtures: one user per role, and logged-in clients."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from tests.factories import UserFactory
+
+ROLES = ["member", "volunteer", "support", "admin"]
+
+
+@pytest.fixture
+def make_user(db):
+    """Create a user with the given roles."""
+
+    def make(username: str | None = None, roles: tuple[str, ...] = ("member",), **kw):
+        if username:
+            kw["username"] = username
+        user = UserFactory(roles=list(roles), **kw)
+        if "admin" in roles:
+            user.is_staff = user.is_superuser = True
+            user.save(update_fields=["is_staff", "is_superuser"])
+        return user
+
+    return make
+
+
+@pytest.fixture
+def client_for(make_user):
+    """A test client logged in as a new user holding `role`."""
+
+    def make(role: str) -> Client:
+        client = Client()
+        client.force_login(make_user(roles=(role,)))
+        return client
+
+    return make

@@ -1,0 +1,91 @@
+"""Login, failed-login throttling, password reset by mail, language switch."""
+
+import re
+
+import pytest
+from django.core import mail
+from django.urls import reverse
+
+from tests.factories import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+
+def login(client, username, password):
+    return client.post(reverse("login"), {"username": username, "password": password})
+
+
+def test_login_with_the_right_password_lands_on_the_role_page(client, make_user):
+    make_user("vera", roles=("volunteer",))
+    response = login(client, "vera", PASSWORD)
+    assert response.status_code == 302
+    assert client.get(response["Location"], follow=True).request["PATH_INFO"] == reverse(
+        "members:office_hours"
+    )
+
+
+def test_wrong_password_shows_an_error_and_does_not_log_in(client, make_user):
+    make_user("vera")
+    response = login(client, "vera", "wrong")
+    assert response.status_code == 200
+    assert b'id="login-errors"' in response.content
+    assert client.get(reverse("members:dashboard")).status_code == 302
+
+
+def test_five_failed_logins_lock_the_account_even_with_the_right_password(client, make_user):
+    make_user("vera")
+    for _ in range(5):
+        login(client, "vera", "wrong")
+    response = login(client, "vera", PASSWORD)
+    assert response.status_code == 429
+    assert b"Too many failed logins" in response.content
+    assert client.get(reverse("members:dashboard")).status_code == 302
+
+
+def test_lockout_of_one_account_leaves_others_alone(client, make_user):
+    make_user("vera")
+    make_user("otto")
+    for _ in range(5):
+        login(client, "vera", "wrong")
+    assert login(client, "otto", PASSWORD).status_code == 302
+
+
+def test_logout_needs_post_and_ends_the_session(client, make_user):
+    make_user("vera")
+    login(client, "vera", PASSWORD)
+    assert client.post(reverse("logout")).status_code == 302
+    assert client.get(reverse("members:dashboard")).status_code == 302
+
+
+def test_password_reset_by_mail(client, make_user):
+    make_user("vera", email="vera@example.org")
+    response = client.post(reverse("password_reset"), {"email": "vera@example.org"})
+    assert response.status_code == 302
+    assert len(mail.outbox) == 1
+    message = mail.outbox[0]
+    assert message.to == ["vera@example.org"]
+    link = re.search(r"https?://[^/]+(/accounts/reset/\S+/)", message.body).group(1)
+    form_page = client.get(link, follow=True)
+    assert b'name="new_password1"' in form_page.content
+    done = client.post(
+        form_page.request["PATH_INFO"],
+        {"new_password1": "a new long passphrase", "new_password2": "a new long passphrase"},
+    )
+    assert done.status_code == 302
+    assert login(client, "vera", "a new long passphrase").status_code == 302
+
+
+def test_password_reset_for_an_unknown_address_sends_nothing_and_reveals_nothing(client):
+    response = client.post(reverse("password_reset"), {"email": "nobody@example.org"})
+    assert response.status_code == 302  # same answer as for a known address
+    assert mail.outbox == []
+
+
+def test_switching_to_german_translates_the_pages(client_for):
+    client = client_for("volunteer")
+    english = client.get(reverse("members:office_hours"))
+    assert b"Office hours" in english.content
+    client.post(reverse("set_language"), {"language": "de", "next": "/"})
+    german = client.get(reverse("members:office_hours"))
+    assert german.content.count(b"Sprechstunde") >= 2
+    assert b'<html lang="de">' in german.content

@@ -1,0 +1,104 @@
+"""A real Celery worker and beat: the status page tells whether they are alive."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+from apps.health.heartbeat import BEAT_KEY, HEARTBEAT_KEY, celery_status
+from portal.redis import redis_client
+
+ROOT = Path(__file__).resolve().parents[3]
+CELERY = str(Path(sys.executable).with_name("celery"))
+
+
+def start(*args, tmp_path):
+    env = dict(
+        os.environ, DJANGO_SETTINGS_MODULE="portal.settings_test", PORTAL_HEARTBEAT_INTERVAL="1"
+    )
+    log = open(tmp_path / f"{args[0]}.log", "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [CELERY, "-A", "portal", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def stop(proc):
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
+@pytest.fixture
+def clean_marks():
+    redis_client().delete(BEAT_KEY, HEARTBEAT_KEY)
+    yield
+    redis_client().delete(BEAT_KEY, HEARTBEAT_KEY)
+
+
+def wait_for(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = celery_status(ping_timeout=0.5)
+        if predicate(status):
+            return status
+        time.sleep(0.3)
+    return celery_status(ping_timeout=0.5)
+
+
+def test_nothing_running_shows_as_not_alive(clean_marks):
+    status = celery_status(ping_timeout=0.3)
+    assert not status.beat_alive
+    assert not status.heartbeat_alive
+
+
+def test_worker_and_beat_are_seen_alive(clean_marks, tmp_path, settings, client_for):
+    settings.PORTAL_HEARTBEAT_INTERVAL = 1
+    worker = start(
+        "worker",
+        "--pool",
+        "solo",
+        "--hostname",
+        f"test-{os.getpid()}@%h",
+        "--without-mingle",
+        "--without-gossip",
+        tmp_path=tmp_path,
+    )
+    beat = start(
+        "beat",
+        "--schedule",
+        str(tmp_path / "schedule"),
+        "--scheduler",
+        "portal.celery:PortalScheduler",
+        tmp_path=tmp_path,
+    )
+    try:
+        status = wait_for(lambda s: s.workers_alive and s.beat_alive and s.heartbeat_alive, 45)
+        logs = {p: (tmp_path / f"{p}.log").read_text() for p in ("worker", "beat")}
+        assert status.workers_alive, logs
+        assert status.beat_alive, logs
+        assert status.heartbeat_alive, logs
+        assert any(w.startswith(f"test-{os.getpid()}@") for w in status.workers)
+        page = client_for("admin").get(reverse("health:system"), HTTP_HX_REQUEST="true")
+        text = page.content.decode()
+        assert text.count('class="status-ok"') == 3, text
+    finally:
+        stop(beat)
+        stop(worker)
+    # With both gone, the worker no longer answers its ping.
+    assert celery_status(ping_timeout=0.5).workers == [] or all(
+        not w.startswith(f"test-{os.getpid()}@") for w in celery_status(ping_timeout=0.5).workers
+    )

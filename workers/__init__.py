@@ -1,0 +1,1 @@
+"""Celery tasks (thin wrappers around services) and the framework-free rule-set compiler."""
