@@ -1,0 +1,54 @@
+"""Fixtures for the lab tests: the lab of deploy/lab/lab.sh, up for the session, always down after.
+
+Run as root: ``.venv/bin/pytest -m lab tests/e2e/lab``.  Running them replaces a lab that is
+already up (it is taken down first and at the end).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from lab_support import LAB_VAR, fw, lab_sh, reset_host, ruleset, run
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "lab: needs root and network namespaces")
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """``lab.sh up`` for the whole session, and ``lab.sh down`` whatever happens."""
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root")
+    if not shutil.which("ip") or not Path("/usr/sbin/sshd").exists():
+        pytest.skip("the lab needs iproute2 and openssh-server")
+    lab_sh("down")
+    try:
+        started = time.monotonic()
+        up = lab_sh("up")
+        assert up.returncode == 0, f"lab.sh up failed:\n{up.stdout}\n{up.stderr}"
+        info = json.loads((LAB_VAR / "lab.json").read_text())
+        info["up_seconds"] = round(time.monotonic() - started, 2)
+        yield info
+    finally:
+        down = lab_sh("down")
+        assert down.returncode == 0, down.stderr
+        leftover = [
+            line for line in run("ip", "netns", "list").stdout.splitlines() if line[:3] == "pl-"
+        ]
+        assert not leftover, f"namespaces left behind: {leftover}"
+
+
+@pytest.fixture
+def nat1(lab):
+    """pl-nat1 holding a confirmed baseline rule set "base-1"."""
+    reset_host("pl-nat1")
+    applied = fw("pl-nat1", "apply --confirm-within 30", ruleset("base-1"))
+    assert applied.rc == 0, applied.stdout + applied.stderr
+    assert fw("pl-nat1", "confirm").rc == 0
+    return "pl-nat1"
