@@ -1,0 +1,184 @@
+"""Compiler output: golden files, determinism, hashing, class ids, and no Django anywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.ruleset.builders import make_member, make_small_members, make_snapshot
+from workers.ruleset import compile_snapshot
+from workers.ruleset import snapshot as s
+from workers.ruleset.build import class_minors, fmt4, fmt6
+from workers.ruleset.render import parse_version
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path}; run with UPDATE_GOLDEN=1"
+    assert text == path.read_text(), (
+        f"{name} differs from the golden file (UPDATE_GOLDEN=1 to accept)"
+    )
+
+
+def test_golden_small_nft(small_snapshot: s.Snapshot) -> None:
+    check_golden("small.nft", compile_snapshot(small_snapshot).nft)
+
+
+def test_golden_small_tc(small_snapshot: s.Snapshot) -> None:
+    check_golden("small.tc", compile_snapshot(small_snapshot).tc)
+
+
+def test_golden_small_mq_tc() -> None:
+    snap = make_snapshot(shaping_root="mq", tx_queues=4)
+    check_golden("small_mq.tc", compile_snapshot(snap).tc)
+
+
+def test_same_snapshot_gives_identical_bytes_and_hash(small_snapshot: s.Snapshot) -> None:
+    a = compile_snapshot(small_snapshot)
+    b = compile_snapshot(make_snapshot(tuple(reversed(make_small_members()))))
+    assert a.nft == b.nft
+    assert a.tc == b.tc
+    assert a.content_hash == b.content_hash
+
+
+def test_hash_is_in_the_version_marker_and_parses_back(small_snapshot: s.Snapshot) -> None:
+    c = compile_snapshot(small_snapshot)
+    assert f'comment "sha256:{c.content_hash}"' in c.nft
+    listing = f'set version {{\n\ttype mark\n\telements = {{ 0x00000001 comment "sha256:{c.content_hash}" }}\n}}'
+    assert parse_version(listing) == c.content_hash
+    assert parse_version("table inet portal {}") is None
+
+
+def test_any_change_changes_the_hash(small_snapshot: s.Snapshot) -> None:
+    base = compile_snapshot(small_snapshot).content_hash
+    shaped = make_snapshot((*make_small_members()[:2], make_member(1, shaping=s.Shaping(100, 100))))
+    assert compile_snapshot(shaped).content_hash != base
+    assert compile_snapshot(make_snapshot(link_kbit=1_000_000)).content_hash != base
+
+
+def test_descriptions_never_reach_the_text(small_snapshot: s.Snapshot) -> None:
+    c = compile_snapshot(small_snapshot)
+    for needle in ("quoted", "rm -rf", "web", "ssh"):
+        assert needle not in c.nft
+
+
+def test_only_portal_table_is_named(small_snapshot: s.Snapshot) -> None:
+    text = compile_snapshot(small_snapshot).nft
+    tables = {
+        line.split()[1:3][1]
+        for line in text.splitlines()
+        if line.startswith(("table", "delete table"))
+    }
+    assert {line for line in text.splitlines() if line.startswith(("table", "delete"))} == {
+        "table inet portal {}",
+        "delete table inet portal",
+        "table inet portal {",
+    }, tables
+    assert "flush" not in text
+
+
+def test_counts(small_snapshot: s.Snapshot) -> None:
+    counts = compile_snapshot(small_snapshot).counts
+    assert counts["portal.fwd_ports"] == 6  # tcp 8080, both 3074 (2), shifted 2200-2202 (3)
+    assert counts["portal.fwd_ranges"] == 1
+    assert counts["portal.src_nat"] == 3  # member 3 has no public address
+    assert counts["portal.open6_all"] == 2
+    assert counts["htb.classes"] == 2  # member 2 down and up
+
+
+def test_class_ids_derive_from_member_id_not_position() -> None:
+    assert class_minors([1, 2, 3]) == {1: 0x10, 2: 0x11, 3: 0x12}
+    assert class_minors([3]) == {3: 0x12}  # member 3 keeps its class when 1 and 2 leave
+    wrapped = class_minors([1, 65505, 65506])
+    assert wrapped[1] == 0x10
+    assert len(set(wrapped.values())) == 3
+
+
+def test_shaping_classes_stable_when_another_member_is_added() -> None:
+    one = make_member(5, public="198.51.100.9", shaping=s.Shaping(1000, 500))
+    two = make_member(3, public="198.51.100.8", shaping=s.Shaping(1000, 500))
+    before = compile_snapshot(make_snapshot((one,))).ruleset.shapers[0].classes
+    after = compile_snapshot(make_snapshot((one, two))).ruleset.shapers[0].classes
+    assert set(before) <= set(after)
+
+
+def test_mq_layout_spreads_members_over_queues() -> None:
+    members = tuple(
+        make_member(i, public=f"198.51.100.{i + 20}", shaping=s.Shaping(1000, 1000))
+        for i in range(1, 5)
+    )
+    c = compile_snapshot(make_snapshot(members, shaping_root="mq", tx_queues=2))
+    majors = {cl.major for cl in c.ruleset.shapers[0].classes}
+    assert majors == {0x100, 0x101}
+    assert "qdisc replace dev pl-cfwd root handle 1: mq" in c.tc
+    assert "10.100.0.10 : 101:10" in c.nft  # member 1 -> queue 1
+
+
+def test_address_spelling_is_valid_and_round_trips() -> None:
+    for text in (
+        "2001:db8:100:1::10",
+        "2001:db8::",
+        "::1",
+        "2001:db8:0:0:1:0:0:1",
+        "fe80::1:2:3:4",
+        "1:2:3:4:5:6:7:8",
+    ):
+        a = ipaddress.IPv6Address(text)
+        assert ipaddress.IPv6Address(fmt6(a)) == a
+        assert fmt6(a).count("::") <= 1
+    for text in ("10.0.0.1", "198.51.100.255", "0.0.0.0"):  # noqa: S104
+        assert fmt4(ipaddress.IPv4Address(text)) == text
+
+
+def test_ipaddress_keeps_its_integer_slot() -> None:
+    # fmt4/fmt6 read ipaddress's `_ip` directly for speed; fail loudly if the stdlib changes it.
+    assert ipaddress.IPv4Address("10.0.0.1")._ip == 0x0A000001
+    assert ipaddress.IPv6Address("::2")._ip == 2
+
+
+def test_snapshot_replace_keeps_validation() -> None:
+    d = s.Device(id=1, ipv4="10.100.0.1")
+    with pytest.raises(s.SnapshotError):
+        dataclasses.replace(d, ipv4="2001:db8::1")
+
+
+def test_compiler_imports_no_django() -> None:
+    code = (
+        "import sys, workers.ruleset, workers.ruleset.synthetic, workers.ruleset.diff;"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'django', 'celery', 'kombu', 'rest_framework'});"
+        "print(','.join(bad))"
+    )
+    root = Path(__file__).resolve().parents[3]
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env,
+    )
+    assert out.stdout.strip() == "", f"workers.ruleset imported {out.stdout.strip()}"
+
+
+def test_compiler_uses_only_the_standard_library() -> None:
+    root = Path(__file__).resolve().parents[3] / "workers" / "ruleset"
+    allowed = set(sys.stdlib_module_names) | {"workers"}
+    for path in root.glob("*.py"):
+        for line in path.read_text().splitlines():
+            words = line.split()
+            if line.startswith(("import ", "from ")):
+                top = words[1].split(".")[0]
+                assert top in allowed or top == "__future__", f"{path.name}: {line}"

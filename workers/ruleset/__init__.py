@@ -1,0 +1,72 @@
+"""The rule-set compiler: Snapshot -> IR -> nft text + tc batch; pure Python, stdlib only.
+
+Public API (what `apps/firewall` calls)::
+
+    snapshot = Snapshot(policy=Policy(...), host=Host(...), members=(Member(...), ...))
+    compiled = compile_snapshot(snapshot)       # .nft, .tc, .content_hash, .counts, .ruleset
+    step = diff(previous_compiled, compiled)    # Incremental(.nft, .tc, ...) or None: use full
+
+Nothing here imports Django or Celery (tests/unit/ruleset checks it). See docs in `build`
+(rule layout), `render` (transaction and version marker), `diff` (increments) and
+`shaping_layouts` (HTB and mq roots).
+"""
+
+from __future__ import annotations
+
+from workers.ruleset.build import TABLE_FAMILY, TABLE_NAME, VERSION_SET, build
+from workers.ruleset.diff import Incremental, diff, diff_rulesets
+from workers.ruleset.render import Compiled, render, version_comment
+from workers.ruleset.snapshot import (
+    Device,
+    Host,
+    Member,
+    Opening,
+    Policy,
+    PortForward,
+    PortRange,
+    PortRule,
+    Protocol,
+    Shaping,
+    ShapingRoot,
+    Snapshot,
+    SnapshotError,
+)
+
+
+def compile_snapshot(snapshot: Snapshot) -> Compiled:
+    """Compile one host's snapshot to its nft transaction, tc batch, counts and content hash."""
+    return render(build(snapshot))
+
+
+def version_read_command() -> list[str]:
+    """The cheap read-back of the loaded version (never `nft list ruleset`)."""
+    return ["nft", "list", "set", TABLE_FAMILY, TABLE_NAME, VERSION_SET]
+
+
+__all__ = [
+    "TABLE_FAMILY",
+    "TABLE_NAME",
+    "VERSION_SET",
+    "Compiled",
+    "Device",
+    "Host",
+    "Incremental",
+    "Member",
+    "Opening",
+    "Policy",
+    "PortForward",
+    "PortRange",
+    "PortRule",
+    "Protocol",
+    "Shaping",
+    "ShapingRoot",
+    "Snapshot",
+    "SnapshotError",
+    "build",
+    "compile_snapshot",
+    "diff",
+    "diff_rulesets",
+    "render",
+    "version_comment",
+    "version_read_command",
+]

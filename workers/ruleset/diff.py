@@ -1,0 +1,99 @@
+"""The minimal incremental transaction between two compiles of the same host.
+
+When the structure (tables, chains, set definitions, shaper roots) is unchanged, the difference
+is a list of element deletions and additions plus HTB class changes; otherwise `diff` returns
+None and the caller applies the full replacement. Deletions come before additions, so a key whose
+value changed (a forward to another device, a member moved to another class) is deleted and
+re-added in the same transaction. The version marker is replaced in the same transaction too,
+so a host that applied the increment reads the same marker as one that loaded the full text,
+and both hold the same kernel state.
+
+Apply order on the host: the tc batch, then the nft transaction (a class must exist before the
+priority map points at it; until then packets fall into the default class, which is harmless).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workers.ruleset.build import VERSION_SET
+from workers.ruleset.ir import ELEMENT_SEP, Ruleset
+from workers.ruleset.render import VERSION_ELEMENT, Compiled, class_line, version_element
+
+
+@dataclass(frozen=True, slots=True)
+class Incremental:
+    """An element-only update from `old_hash` to `new_hash`."""
+
+    nft: str
+    tc: str
+    old_hash: str
+    new_hash: str
+    added: int
+    deleted: int
+    classes_changed: int
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing but the version marker changes."""
+        return not (self.added or self.deleted or self.classes_changed)
+
+
+def _key(element: str) -> str:
+    return element.split(ELEMENT_SEP, 1)[0]
+
+
+def diff_rulesets(old: Ruleset, new: Ruleset, old_hash: str, new_hash: str) -> Incremental | None:
+    """Element and class changes from `old` to `new`, or None when the structure differs."""
+    if old.host != new.host or old.structure() != new.structure():
+        return None
+    deletes: list[str] = []
+    adds: list[str] = []
+    n_add = n_del = 0
+    for ot, nt in zip(old.tables, new.tables, strict=True):
+        prefix = f"{nt.family} {nt.name}"
+        for os_, ns in zip(ot.sets, nt.sets, strict=True):
+            if ns.name == VERSION_SET or os_.elements == ns.elements:
+                continue
+            before = set(os_.elements)
+            after = set(ns.elements)
+            gone = sorted(before - after)
+            came = sorted(after - before)
+            if gone:
+                keys = ", ".join(_key(e) for e in gone) if ns.value_type else ", ".join(gone)
+                deletes.append(f"delete element {prefix} {ns.name} {{ {keys} }}\n")
+            if came:
+                adds.append(f"add element {prefix} {ns.name} {{ {', '.join(came)} }}\n")
+            n_add += len(came)
+            n_del += len(gone)
+        deletes.append(f"delete element {prefix} {VERSION_SET} {{ {VERSION_ELEMENT} }}\n")
+        adds.append(f"add element {prefix} {VERSION_SET} {{ {version_element(new_hash)} }}\n")
+    tc: list[str] = []
+    classes_changed = 0
+    for osh, nsh in zip(old.shapers, new.shapers, strict=True):
+        if osh.classes == nsh.classes:
+            continue
+        before_c = {(c.major, c.minor): c for c in osh.classes}
+        after_c = {(c.major, c.minor): c for c in nsh.classes}
+        for key in sorted(before_c.keys() - after_c.keys()):
+            tc.append(class_line("del", nsh.dev, before_c[key]))
+            classes_changed += 1
+        for key in sorted(after_c):
+            if before_c.get(key) != after_c[key]:
+                tc.append(class_line("replace", nsh.dev, after_c[key]))
+                classes_changed += 1
+    header = f"# portal increment for host {new.host}: {old_hash} -> {new_hash}\n"
+    return Incremental(
+        header + "".join(deletes) + "".join(adds),
+        "".join(tc),
+        old_hash,
+        new_hash,
+        n_add,
+        n_del,
+        classes_changed,
+    )
+
+
+def diff(old: Compiled, new: Compiled) -> Incremental | None:
+    """The incremental transaction from compile `old` to compile `new`; None: use `new` in full."""
+    return diff_rulesets(old.ruleset, new.ruleset, old.content_hash, new.content_hash)

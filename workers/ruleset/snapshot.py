@@ -1,0 +1,577 @@
+"""The compiler's input: an immutable, validated snapshot of plain typed values.
+
+Every value that can reach the rule-set text passes through a constructor here: addresses become
+`ipaddress` objects of the right family, ports become checked ints, protocols a closed
+`StrEnum`, interface names a narrow character set. Free text (descriptions) is kept for the
+caller's convenience but is never rendered. A refusal raises `SnapshotError` (a `ValueError`)
+whose message names the offending object, e.g. ``port forward #12 of member #3: ...``.
+
+Constructors accept the convenient spellings a selector produces (``"10.100.0.5"``, ``80``,
+``(1000, 1010)``, ``"tcp"``) and normalise them; the stored values are always typed and every
+tuple is sorted, so equal data gives an equal snapshot regardless of query order.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import ipaddress
+import itertools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+IPv4Address = ipaddress.IPv4Address
+IPv6Address = ipaddress.IPv6Address
+IPv4Network = ipaddress.IPv4Network
+IPv6Network = ipaddress.IPv6Network
+IPNetwork = IPv4Network | IPv6Network
+
+PORT_MIN = 1
+PORT_MAX = 65535
+RATE_MAX_KBIT = 400_000_000  # 400 Gbit/s: anything above is a unit mistake
+MAX_TX_QUEUES = 64
+_IFNAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+_HOSTNAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+class SnapshotError(ValueError):
+    """The snapshot is refused; the message names the offending object."""
+
+
+class Protocol(enum.StrEnum):
+    """Transport protocol of a forward, an opening or a blocked port."""
+
+    TCP = "tcp"
+    UDP = "udp"
+    BOTH = "both"
+
+    @property
+    def l4(self) -> tuple[str, ...]:
+        """The nft protocol names this stands for, sorted."""
+        return _L4[self]
+
+
+_L4: dict[str, tuple[str, ...]] = {"tcp": ("tcp",), "udp": ("udp",), "both": ("tcp", "udp")}
+
+
+class ShapingRoot(enum.StrEnum):
+    """Root qdisc layout of a shaping interface (see docs/ruleset.md)."""
+
+    HTB = "htb"  # one HTB under the root: exact, one qdisc lock
+    MQ = "mq"  # mq root, one HTB per hardware tx queue: scales over cores
+
+
+# --------------------------------------------------------------------------- coercion helpers
+
+
+def _int(value: Any, what: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SnapshotError(f"{what}: {value!r} is not an integer")
+    if not lo <= value <= hi:
+        raise SnapshotError(f"{what}: {value} is outside {lo}..{hi}")
+    return value
+
+
+def _id(value: Any, what: str) -> int:
+    return _int(value, f"{what} id", 1, 2**63 - 1)
+
+
+def _ipv4(value: Any, what: str) -> IPv4Address:
+    if type(value) is IPv4Address:
+        return value
+    try:
+        addr = ipaddress.ip_address(value)
+    except (ValueError, TypeError) as exc:
+        raise SnapshotError(f"{what}: {value!r} is not an IP address") from exc
+    if not isinstance(addr, IPv4Address):
+        raise SnapshotError(f"{what}: {value!r} is not an IPv4 address (address family mismatch)")
+    return addr
+
+
+def _ipv6(value: Any, what: str) -> IPv6Address:
+    if type(value) is IPv6Address:
+        return value
+    try:
+        addr = ipaddress.ip_address(value)
+    except (ValueError, TypeError) as exc:
+        raise SnapshotError(f"{what}: {value!r} is not an IP address") from exc
+    if not isinstance(addr, IPv6Address):
+        raise SnapshotError(f"{what}: {value!r} is not an IPv6 address (address family mismatch)")
+    return addr
+
+
+def _network(value: Any, what: str) -> IPNetwork:
+    if isinstance(value, IPv4Network | IPv6Network):
+        return value
+    try:
+        return ipaddress.ip_network(value)  # strict: host bits must be zero
+    except (ValueError, TypeError) as exc:
+        raise SnapshotError(f"{what}: {value!r} is not a network ({exc})") from exc
+
+
+def _networks(values: Iterable[Any], what: str, family: int | None = None) -> tuple[IPNetwork, ...]:
+    if isinstance(values, str | bytes):
+        raise SnapshotError(f"{what}: expected a list of networks, got a string")
+    nets = []
+    for v in values:
+        net = _network(v, what)
+        if family is not None and net.version != family:
+            raise SnapshotError(
+                f"{what}: {net} is not an IPv{family} network (address family mismatch)"
+            )
+        nets.append(net)
+    return tuple(sorted(set(nets), key=lambda n: (n.version, n.network_address, n.prefixlen)))
+
+
+def _ifnames(values: Iterable[Any], what: str) -> tuple[str, ...]:
+    if isinstance(values, str):
+        values = (values,)
+    names = []
+    for v in values:
+        if not isinstance(v, str) or not _IFNAME_RE.fullmatch(v):
+            raise SnapshotError(
+                f"{what}: interface name {v!r} must be 1-15 characters of A-Z a-z 0-9 _ . -"
+            )
+        names.append(v)
+    return tuple(sorted(set(names)))
+
+
+def _protocol(value: Any, what: str) -> Protocol:
+    try:
+        return Protocol(value)
+    except ValueError as exc:
+        raise SnapshotError(f"{what}: protocol {value!r} is not one of tcp, udp, both") from exc
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise SnapshotError(f"{what}: {value!r} is not a boolean")
+    return value
+
+
+def _set(obj: object, name: str, value: object) -> None:
+    object.__setattr__(obj, name, value)
+
+
+# --------------------------------------------------------------------------------- value types
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PortRange:
+    """An inclusive port range 1..65535; a single port is a range of length 1."""
+
+    first: int
+    last: int
+
+    def __post_init__(self) -> None:
+        a, b = self.first, self.last
+        if type(a) is not int or type(b) is not int or not 0 < a <= b <= PORT_MAX:
+            _int(a, "port", PORT_MIN, PORT_MAX)
+            _int(b, "port", PORT_MIN, PORT_MAX)
+            raise SnapshotError(f"port range {self.first}-{self.last}: first port after last")
+
+    @classmethod
+    def of(cls, value: Any, what: str = "port range") -> PortRange:
+        """Coerce 80, (1000, 1010), "1000-1010" or a PortRange; errors name `what`."""
+        if type(value) is PortRange:
+            return value
+        try:
+            if type(value) is int:
+                return _single_port(value)
+            if isinstance(value, tuple | list) and len(value) == 2:
+                return cls(value[0], value[1])
+            if isinstance(value, str) and re.fullmatch(r"\d{1,5}(-\d{1,5})?", value):
+                a, _, b = value.partition("-")
+                return cls(int(a), int(b or a))
+        except SnapshotError as exc:
+            raise SnapshotError(f"{what}: {exc}") from None
+        raise SnapshotError(f"{what}: {value!r} is not a port or port range")
+
+    @property
+    def size(self) -> int:
+        """Number of ports in the range."""
+        return self.last - self.first + 1
+
+    def overlaps(self, other: PortRange) -> bool:
+        """True when the two ranges share at least one port."""
+        return self.first <= other.last and other.first <= self.last
+
+    def __str__(self) -> str:
+        return str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
+
+
+@functools.lru_cache(maxsize=65536)
+def _single_port(port: int) -> PortRange:
+    """Single-port ranges are shared: a snapshot holds hundreds of thousands of them."""
+    return PortRange(port, port)
+
+
+@dataclass(frozen=True, slots=True)
+class PortRule:
+    """A protocol and port range, used for blocked inbound and outbound ports."""
+
+    protocol: Protocol
+    ports: PortRange
+
+    def __post_init__(self) -> None:
+        _set(self, "protocol", _protocol(self.protocol, "port rule"))
+        _set(self, "ports", PortRange.of(self.ports, "port rule"))
+
+
+def _port_rules(values: Iterable[Any], what: str) -> tuple[PortRule, ...]:
+    rules = []
+    for v in values:
+        if isinstance(v, PortRule):
+            rules.append(v)
+        elif isinstance(v, tuple | list) and len(v) == 2:
+            try:
+                rules.append(PortRule(v[0], v[1]))
+            except SnapshotError as exc:
+                raise SnapshotError(f"{what}: {exc}") from None
+        else:
+            raise SnapshotError(f"{what}: {v!r} is not a (protocol, ports) pair")
+    return tuple(sorted(set(rules), key=lambda r: (r.protocol.value, r.ports)))
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Global policy: management networks, blocked ports, ICMPv6 echo towards members."""
+
+    management_networks: tuple[IPNetwork, ...] = ()
+    blocked_outbound: tuple[PortRule, ...] = (PortRule(Protocol.TCP, PortRange(25, 25)),)
+    blocked_inbound: tuple[PortRule, ...] = ()
+    inbound_icmpv6_echo: bool = True
+
+    def __post_init__(self) -> None:
+        _set(
+            self,
+            "management_networks",
+            _networks(self.management_networks, "policy management networks"),
+        )
+        _set(
+            self, "blocked_outbound", _port_rules(self.blocked_outbound, "policy blocked outbound")
+        )
+        _set(self, "blocked_inbound", _port_rules(self.blocked_inbound, "policy blocked inbound"))
+        _bool(self.inbound_icmpv6_echo, "policy inbound_icmpv6_echo")
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """The firewall host this snapshot is compiled for, and its shaping layout."""
+
+    name: str
+    uplink_interfaces: tuple[str, ...]
+    member_interfaces: tuple[str, ...]
+    shaping_root: ShapingRoot = ShapingRoot.HTB
+    tx_queues: int = 1
+    link_kbit: int = 10_000_000
+    private_networks: tuple[IPv4Network, ...] = ()
+    public_networks: tuple[IPv4Network, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _HOSTNAME_RE.fullmatch(self.name):
+            raise SnapshotError(
+                f"host {self.name!r}: name must be 1-64 characters of A-Z a-z 0-9 _ . -"
+            )
+        what = f"host {self.name}"
+        _set(self, "uplink_interfaces", _ifnames(self.uplink_interfaces, f"{what} uplink"))
+        _set(self, "member_interfaces", _ifnames(self.member_interfaces, f"{what} member side"))
+        if not self.uplink_interfaces or not self.member_interfaces:
+            raise SnapshotError(f"{what}: needs at least one uplink and one member interface")
+        both = set(self.uplink_interfaces) & set(self.member_interfaces)
+        if both:
+            raise SnapshotError(
+                f"{what}: interface {sorted(both)[0]} is both uplink and member side"
+            )
+        try:
+            _set(self, "shaping_root", ShapingRoot(self.shaping_root))
+        except ValueError:
+            raise SnapshotError(
+                f"{what}: shaping root {self.shaping_root!r} is not htb or mq"
+            ) from None
+        _int(self.tx_queues, f"{what} tx_queues", 1, MAX_TX_QUEUES)
+        if self.shaping_root is ShapingRoot.HTB and self.tx_queues != 1:
+            raise SnapshotError(f"{what}: tx_queues > 1 needs shaping_root mq")
+        _int(self.link_kbit, f"{what} link_kbit", 1, RATE_MAX_KBIT)
+        _set(
+            self,
+            "private_networks",
+            _networks(self.private_networks, f"{what} private networks", 4),
+        )
+        _set(self, "public_networks", _networks(self.public_networks, f"{what} public networks", 4))
+
+
+@dataclass(frozen=True, slots=True)
+class Shaping:
+    """A member's shaped rates in kbit/s (test access or shaping profile)."""
+
+    down_kbit: int
+    up_kbit: int
+
+    def __post_init__(self) -> None:
+        _int(self.down_kbit, "shaping down_kbit", 8, RATE_MAX_KBIT)
+        _int(self.up_kbit, "shaping up_kbit", 8, RATE_MAX_KBIT)
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A member's device: one private IPv4 (or none) and its IPv6 addresses."""
+
+    id: int
+    ipv4: IPv4Address | None = None
+    ipv6: tuple[IPv6Address, ...] = ()
+
+    def __post_init__(self) -> None:
+        if type(self.id) is not int or self.id < 1:
+            _id(self.id, "device")
+        a4 = self.ipv4
+        if a4 is not None and type(a4) is not IPv4Address:
+            _set(self, "ipv4", _ipv4(a4, f"device #{self.id} ipv4"))
+        v6 = self.ipv6
+        if type(v6) is tuple and len(v6) == 1 and type(v6[0]) is IPv6Address:
+            return  # the common case, already canonical
+        if isinstance(v6, str | IPv6Address):
+            v6 = (v6,)
+        _set(self, "ipv6", tuple(sorted({_ipv6(a, f"device #{self.id} ipv6") for a in v6})))
+
+
+@dataclass(frozen=True, slots=True)
+class PortForward:
+    """Destination NAT of public ports of the member's IPv4 to ports of one device."""
+
+    id: int
+    protocol: Protocol
+    public_ports: PortRange
+    device_id: int
+    target_ports: PortRange
+    enabled: bool = True
+    description: str = field(default="", compare=False)  # never rendered
+
+    def __post_init__(self) -> None:
+        what = "port forward"
+        if type(self.id) is not int or self.id < 1:
+            _id(self.id, what)
+        if type(self.protocol) is not Protocol:
+            _set(self, "protocol", _protocol(self.protocol, f"{what} #{self.id}"))
+        pp, tp = self.public_ports, self.target_ports
+        if type(pp) is not PortRange:
+            pp = PortRange.of(pp, f"{what} #{self.id} public ports")
+            _set(self, "public_ports", pp)
+        if type(tp) is not PortRange:
+            tp = PortRange.of(tp, f"{what} #{self.id} target ports")
+            _set(self, "target_ports", tp)
+        if type(self.device_id) is not int or self.device_id < 1:
+            _id(self.device_id, f"{what} #{self.id} target device")
+        if type(self.enabled) is not bool:
+            _bool(self.enabled, f"{what} #{self.id} enabled")
+        if type(self.description) is not str:
+            raise SnapshotError(f"{what} #{self.id}: description is not a string")
+        if pp.last - pp.first != tp.last - tp.first:
+            what = f"port forward #{self.id}"
+            raise SnapshotError(
+                f"{what}: public ports {self.public_ports} and target ports "
+                f"{self.target_ports} have unequal lengths"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """An inbound IPv6 opening for all addresses of one device; ports None means all ports."""
+
+    id: int
+    device_id: int
+    protocol: Protocol = Protocol.BOTH
+    ports: PortRange | None = None
+    description: str = field(default="", compare=False)  # never rendered
+
+    def __post_init__(self) -> None:
+        what = f"IPv6 opening #{self.id}"
+        _id(self.id, "IPv6 opening")
+        _id(self.device_id, f"{what} device")
+        if type(self.protocol) is not Protocol:
+            _set(self, "protocol", _protocol(self.protocol, what))
+        if self.ports is not None and type(self.ports) is not PortRange:
+            _set(self, "ports", PortRange.of(self.ports, f"{what} ports"))
+        if not isinstance(self.description, str):
+            raise SnapshotError(f"{what}: description is not a string")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """An active member: public IPv4, IPv6 prefixes, devices, forwards, openings, shaping."""
+
+    id: int
+    public_ipv4: IPv4Address | None = None
+    devices: tuple[Device, ...] = ()
+    forwards: tuple[PortForward, ...] = ()
+    openings: tuple[Opening, ...] = ()
+    shaping: Shaping | None = None
+    ipv6_prefixes: tuple[IPv6Network, ...] = ()  # when given, device IPv6 must lie inside
+
+    def __post_init__(self) -> None:
+        if type(self.id) is not int or self.id < 1:
+            _id(self.id, "member")
+        pub = self.public_ipv4
+        if pub is not None and type(pub) is not IPv4Address:
+            _set(self, "public_ipv4", _ipv4(pub, f"member #{self.id} public_ipv4"))
+        if self.shaping is not None and type(self.shaping) is not Shaping:
+            raise SnapshotError(f"member #{self.id}: shaping is not a Shaping")
+        if self.ipv6_prefixes:
+            _set(
+                self,
+                "ipv6_prefixes",
+                _networks(self.ipv6_prefixes, f"member #{self.id} ipv6 prefixes", 6),
+            )
+        devices = _canonical(self, "devices", Device, "device")
+        forwards = _canonical(self, "forwards", PortForward, "port forward")
+        openings = _canonical(self, "openings", Opening, "IPv6 opening")
+        by_id = {d.id: d for d in devices}
+        if self.ipv6_prefixes:
+            for d in devices:
+                for a in d.ipv6:
+                    if not any(a in p for p in self.ipv6_prefixes):
+                        raise SnapshotError(
+                            f"device #{d.id} of member #{self.id}: ipv6 {a} is outside the member's prefixes"
+                        )
+        enabled = 0
+        for f in forwards:
+            dev = by_id.get(f.device_id)
+            if dev is None:
+                raise SnapshotError(
+                    f"port forward #{f.id} of member #{self.id}: device #{f.device_id} is not the member's"
+                )
+            if f.enabled:
+                enabled += 1
+                if dev.ipv4 is None:
+                    raise SnapshotError(
+                        f"port forward #{f.id} of member #{self.id}: device #{dev.id} has no IPv4"
+                    )
+        if enabled and self.public_ipv4 is None:
+            raise SnapshotError(f"member #{self.id}: has enabled port forwards but no public IPv4")
+        for o in openings:
+            if o.device_id not in by_id:
+                raise SnapshotError(
+                    f"IPv6 opening #{o.id} of member #{self.id}: device #{o.device_id} is not the member's"
+                )
+        if enabled > 1:
+            _check_forward_overlap(self.id, forwards)
+
+
+def _canonical(member: Member, name: str, cls: type, noun: str) -> tuple[Any, ...]:
+    """The member's `name` tuple checked for type and duplicate ids, sorted by id."""
+    items = getattr(member, name)
+    if type(items) is not tuple:
+        if not isinstance(items, list | tuple):
+            raise SnapshotError(f"member #{member.id}: {noun}s must be a tuple")
+        items = tuple(items)
+    last = 0
+    ordered = True
+    for item in items:
+        if type(item) is not cls:
+            raise SnapshotError(f"member #{member.id}: {item!r} is not a {cls.__name__}")
+        if item.id <= last:
+            ordered = False
+        last = item.id
+    if not ordered:
+        items = tuple(sorted(items, key=lambda i: i.id))
+        for a, b in itertools.pairwise(items):
+            if a.id == b.id:
+                raise SnapshotError(f"member #{member.id}: {noun} #{a.id} appears twice")
+    if items is not getattr(member, name):
+        _set(member, name, items)
+    return items
+
+
+def _check_forward_overlap(member_id: int, forwards: tuple[PortForward, ...]) -> None:
+    """No two enabled forwards may share a public port of the same protocol."""
+    spans = []
+    for f in forwards:
+        if f.enabled:
+            pp = f.public_ports
+            for p in _L4[f.protocol]:
+                spans.append((p, pp.first, pp.last, f.id))
+    spans.sort()
+    for (pa, _, alast, aid), (pb, bfirst, blast, bid) in itertools.pairwise(spans):
+        if pa == pb and bfirst <= alast:
+            b = PortRange(bfirst, blast)
+            raise SnapshotError(
+                f"port forward #{bid} of member #{member_id}: public {pb} ports {b} overlap port forward #{aid}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one firewall host needs: policy, host, members (sorted by id), cross-checked."""
+
+    policy: Policy
+    host: Host
+    members: tuple[Member, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, Policy):
+            raise SnapshotError("snapshot: policy is not a Policy")
+        if not isinstance(self.host, Host):
+            raise SnapshotError("snapshot: host is not a Host")
+        if not isinstance(self.members, tuple | list):
+            raise SnapshotError("snapshot: members must be a tuple")
+        for m in self.members:
+            if type(m) is not Member:
+                raise SnapshotError(f"snapshot: {m!r} is not a Member")
+        members = tuple(sorted(self.members, key=lambda m: m.id))
+        _set(self, "members", members)
+        _check_global(self.host, members)
+
+
+def _check_global(host: Host, members: tuple[Member, ...]) -> None:
+    """Uniqueness across members; addresses inside the host's networks when those are given."""
+    member_ids: set[int] = set()
+    device_owner: dict[int, int] = {}
+    public_owner: dict[IPv4Address, int] = {}
+    v4_owner: dict[IPv4Address, int] = {}
+    v6_owner: dict[IPv6Address, int] = {}
+    private = host.private_networks
+    public = host.public_networks
+    for m in members:
+        if not isinstance(m, Member):
+            raise SnapshotError(f"snapshot: {m!r} is not a Member")
+        if m.id in member_ids:
+            raise SnapshotError(f"member #{m.id} appears twice")
+        member_ids.add(m.id)
+        pub = m.public_ipv4
+        if pub is not None:
+            other = public_owner.setdefault(pub, m.id)
+            if other != m.id:
+                raise SnapshotError(f"member #{m.id}: public_ipv4 {pub} is also member #{other}'s")
+            if public and not any(pub in n for n in public):
+                raise SnapshotError(
+                    f"member #{m.id}: public_ipv4 {pub} is outside the host's public networks"
+                )
+        for d in m.devices:
+            owner = device_owner.setdefault(d.id, m.id)
+            if owner != m.id:
+                raise SnapshotError(f"device #{d.id} belongs to member #{owner} and member #{m.id}")
+            a4 = d.ipv4
+            if a4 is not None:
+                other = v4_owner.setdefault(a4, d.id)
+                if other != d.id:
+                    raise SnapshotError(
+                        f"device #{d.id} of member #{m.id}: ipv4 {a4} is also device #{other}'s"
+                    )
+                if private and not any(a4 in n for n in private):
+                    raise SnapshotError(
+                        f"device #{d.id} of member #{m.id}: ipv4 {a4} is outside the host's private networks"
+                    )
+            for a6 in d.ipv6:
+                other = v6_owner.setdefault(a6, d.id)
+                if other != d.id:
+                    raise SnapshotError(
+                        f"device #{d.id} of member #{m.id}: ipv6 {a6} is also device #{other}'s"
+                    )
+    clash = public_owner.keys() & v4_owner.keys()
+    if clash:
+        addr = min(clash)
+        raise SnapshotError(
+            f"device #{v4_owner[addr]}: ipv4 {addr} is also the public_ipv4 of member #{public_owner[addr]}"
+        )
