@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import sync_playwright
 
-# Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
-# between page actions are still synchronous.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -44,7 +40,10 @@ def browser():
 
 
 @pytest.fixture
-def page(browser, live_server, request):
+def page(browser, live_server, request, monkeypatch):
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
+    # between page actions are still synchronous.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     context = browser.new_context(
         base_url=live_server.url, locale="en-GB", viewport={"width": 1280, "height": 900}
     )

@@ -13,7 +13,8 @@ PY = sys.executable
 
 
 def run(args, env_extra=None, drop=(), timeout=60):
-    env = {k: v for k, v in os.environ.items() if k not in drop and k != "DJANGO_SETTINGS_MODULE"}
+    skip = {*drop, "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env = {k: v for k, v in os.environ.items() if k not in skip}
     env.update(env_extra or {})
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
