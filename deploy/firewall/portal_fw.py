@@ -285,8 +285,9 @@ def run(argv: list[str], *, stdin: str | None = None, timeout: float = NFT_TIMEO
 class Host:
     """One firewall host: its nft, its state directory, its options."""
 
-    def __init__(self, state_dir: Path, name: str, prefix: str, meta_table: str):
+    def __init__(self, state_dir: Path, name: str, prefix: str, meta_table: str, version_set: str):
         self.state_dir = state_dir
+        self.version_set = tuple(version_set.split())
         self.name = name
         self.prefix = prefix
         self.meta_family, self.meta_name = meta_table.split()
@@ -429,6 +430,8 @@ class Host:
             self.prefix,
             "--meta-table",
             f"{self.meta_family} {self.meta_name}",
+            "--version-set",
+            " ".join(self.version_set),
             "--internal-rollback-timer",
             token,
         ]
@@ -484,7 +487,27 @@ def marker_from_meta_table(host: Host) -> dict | None:
     return None
 
 
-MARKER_READERS: list[Callable[[Host], dict | None]] = [marker_from_meta_table]
+VERSION_ELEMENT_HASH = re.compile(r'comment\s+"sha256:([0-9a-f]{64})"')
+
+
+def marker_from_version_set(host: Host) -> dict | None:
+    """The compiler's marker: the comment ``sha256:<hash>`` on the single element of the set
+    ``version`` in the portal's table. Lists that one set only: listing a table with hundreds
+    of thousands of elements would take seconds."""
+    family, table, name = host.version_set
+    result = run(["nft", "list", "set", family, table, name], timeout=30)
+    if result.returncode != 0:
+        return None
+    match = VERSION_ELEMENT_HASH.search(result.stdout)
+    if match:
+        return {"version": match.group(1), "source": f"nft:{family} {table} set {name}"}
+    return None
+
+
+MARKER_READERS: list[Callable[[Host], dict | None]] = [
+    marker_from_version_set,
+    marker_from_meta_table,
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -859,6 +882,7 @@ def main(argv: list[str] | None = None) -> int:
     top.add_argument("--host-name", default=os.uname().nodename)
     top.add_argument("--table-prefix", default="portal_")
     top.add_argument("--meta-table", default="inet portal_meta")
+    top.add_argument("--version-set", default="inet portal_fw version")
     top.add_argument("--max-input-bytes", type=int, default=DEFAULT_MAX_INPUT)
     top.add_argument("--internal-rollback-timer", metavar="TOKEN", help=argparse.SUPPRESS)
     top.add_argument("local_command", nargs=argparse.REMAINDER, help="only without SSH")
@@ -868,7 +892,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if len(cfg.meta_table.split()) != 2:
         top.error("--meta-table: 'FAMILY NAME'")
-    host = Host(cfg.state_dir.resolve(), cfg.host_name, cfg.table_prefix, cfg.meta_table)
+    if len(cfg.version_set.split()) != 3:
+        top.error("--version-set: 'FAMILY TABLE SET'")
+    host = Host(
+        cfg.state_dir.resolve(), cfg.host_name, cfg.table_prefix, cfg.meta_table, cfg.version_set
+    )
 
     if cfg.internal_rollback_timer:
         if "SSH_ORIGINAL_COMMAND" in os.environ:

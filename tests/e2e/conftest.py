@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import sync_playwright
-
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -33,17 +33,26 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(scope="session")
 def browser():
     assert Path(CHROMIUM).exists(), "Debian's chromium is installed by `make test`"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=30000)
-        yield browser
-        browser.close()
+    # Playwright's sync API keeps an event loop running in this thread while it is open; the
+    # ORM calls of the tests (and the database flush after each) are still synchronous.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=30000
+            )
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 @pytest.fixture
-def page(browser, live_server, request, monkeypatch):
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
-    # between page actions are still synchronous.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+def page(browser, live_server, request):
     context = browser.new_context(
         base_url=live_server.url, locale="en-GB", viewport={"width": 1280, "height": 900}
     )

@@ -66,7 +66,9 @@ def main() -> int:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     elements = sum(
-        v for k, v in compiled.counts.items() if k.startswith("portal.") and k != "portal.rules"
+        v
+        for k, v in compiled.counts.items()
+        if k.startswith("portal_fw.") and k != "portal_fw.rules"
     )
     out(f"members                 {args.members}\n")
     out(f"set/map elements        {elements}\n")
@@ -105,7 +107,7 @@ def main() -> int:
             out(
                 f"nft -f, one forward     {_ns('nft', '-f', str(inc)):.3f} s (incremental, one nft call)\n"
             )
-            t_read = _ns("nft", "list", "set", "inet", "portal", "version")
+            t_read = _ns("nft", "list", "set", "inet", "portal_fw", "version")
             out(f"read version marker     {t_read:.3f} s\n")
     finally:
         subprocess.run(["ip", "netns", "del", NS], check=False, capture_output=True, timeout=30)  # noqa: S603, S607

@@ -37,7 +37,7 @@ from workers.ruleset.snapshot import (
 )
 
 TABLE_FAMILY = "inet"
-TABLE_NAME = "portal"
+TABLE_NAME = "portal_fw"  # the firewall helper accepts only tables named portal_*
 VERSION_SET = "version"
 
 HTB_ROOT_MAJOR = 0x1

@@ -5,7 +5,7 @@ table (so the delete cannot fail on a fresh host), deletes it, and defines it in
 file, hence one transaction (`flush table` would not empty sets). No other table is named.
 
 The version marker is the single element of the set `version` (type mark), whose comment
-carries ``sha256:<content hash>``; `nft list set inet portal version` reads it back cheaply.
+carries ``sha256:<content hash>``; `nft list set inet portal_fw version` reads it back cheaply.
 The hash covers the nft text (with the marker blanked) and the tc batch, so equal input gives a
 byte-identical text and an equal hash.
 
@@ -82,7 +82,7 @@ def _set_text(table: Table, s: SetDef, out: list[str]) -> None:
     if s.flags:
         out.append(f"\t\tflags {', '.join(s.flags)}\n")
     elements = s.elements
-    if s.name == "version" and table.name == "portal":
+    if s.name == "version" and table.name == "portal_fw":
         elements = (f'{VERSION_ELEMENT} comment "{_HASH_PLACEHOLDER}"',)
     if len(elements) == 1:
         out.append(f"\t\telements = {{ {elements[0]} }}\n")
@@ -202,6 +202,6 @@ _VERSION_RE = re.compile(r'comment "sha256:([0-9a-f]{64})"')
 
 
 def parse_version(listing: str) -> str | None:
-    """The content hash in the output of `nft list set inet portal version` (or None)."""
+    """The content hash in the output of `nft list set inet portal_fw version` (or None)."""
     match = _VERSION_RE.search(listing)
     return match.group(1) if match else None

@@ -60,11 +60,11 @@ def test_full_and_incremental_leave_identical_kernel_state(scratch_ns: str) -> N
     full = kernel_state(scratch_ns)
     assert incremental == full
 
-    t.run("nft", "delete", "table", "inet", "portal", ns=scratch_ns)  # and from nothing at all
+    t.run("nft", "delete", "table", "inet", "portal_fw", ns=scratch_ns)  # and from nothing at all
     t.load(scratch_ns, new.nft, new.tc)
     assert kernel_state(scratch_ns) == full
     assert f"sha256:{new.content_hash}" in t.run(
-        "nft", "list", "set", "inet", "portal", "version", ns=scratch_ns
+        "nft", "list", "set", "inet", "portal_fw", "version", ns=scratch_ns
     )
 
 
@@ -118,9 +118,15 @@ def snapshots(draw: st.DrawFn) -> s.Snapshot:
     members = []
     for k, mid in enumerate(ids):
         devices = []
+        used_v6: set[int] = set()  # two devices of one member never share an address
         for j in range(draw(st.integers(1, 3))):
             a4 = ipaddress.IPv4Address(int(ipaddress.IPv4Address("10.100.0.0")) + next(v4))
-            v6 = draw(st.lists(st.integers(1, 2**64 - 1), max_size=2, unique=True))
+            v6 = [
+                x
+                for x in draw(st.lists(st.integers(1, 2**64 - 1), max_size=2, unique=True))
+                if x not in used_v6
+            ]
+            used_v6.update(v6)
             prefix = int(ipaddress.IPv6Address("2001:db8:100::")) + ((k + 1) << 64)
             devices.append(
                 s.Device(

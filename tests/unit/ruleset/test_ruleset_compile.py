@@ -57,7 +57,7 @@ def test_hash_is_in_the_version_marker_and_parses_back(small_snapshot: s.Snapsho
     assert f'comment "sha256:{c.content_hash}"' in c.nft
     listing = f'set version {{\n\ttype mark\n\telements = {{ 0x00000001 comment "sha256:{c.content_hash}" }}\n}}'
     assert parse_version(listing) == c.content_hash
-    assert parse_version("table inet portal {}") is None
+    assert parse_version("table inet portal_fw {}") is None
 
 
 def test_any_change_changes_the_hash(small_snapshot: s.Snapshot) -> None:
@@ -81,19 +81,19 @@ def test_only_portal_table_is_named(small_snapshot: s.Snapshot) -> None:
         if line.startswith(("table", "delete table"))
     }
     assert {line for line in text.splitlines() if line.startswith(("table", "delete"))} == {
-        "table inet portal {}",
-        "delete table inet portal",
-        "table inet portal {",
+        "table inet portal_fw {}",
+        "delete table inet portal_fw",
+        "table inet portal_fw {",
     }, tables
     assert "flush" not in text
 
 
 def test_counts(small_snapshot: s.Snapshot) -> None:
     counts = compile_snapshot(small_snapshot).counts
-    assert counts["portal.fwd_ports"] == 6  # tcp 8080, both 3074 (2), shifted 2200-2202 (3)
-    assert counts["portal.fwd_ranges"] == 1
-    assert counts["portal.src_nat"] == 3  # member 3 has no public address
-    assert counts["portal.open6_all"] == 2
+    assert counts["portal_fw.fwd_ports"] == 6  # tcp 8080, both 3074 (2), shifted 2200-2202 (3)
+    assert counts["portal_fw.fwd_ranges"] == 1
+    assert counts["portal_fw.src_nat"] == 3  # member 3 has no public address
+    assert counts["portal_fw.open6_all"] == 2
     assert counts["htb.classes"] == 2  # member 2 down and up
 
 

@@ -13,7 +13,7 @@ def test_no_change_only_moves_nothing(small_snapshot: s.Snapshot) -> None:
     step = diff(a, compile_snapshot(small_snapshot))
     assert step is not None
     assert step.empty
-    assert "delete element inet portal version { 0x00000001 }" in step.nft
+    assert "delete element inet portal_fw version { 0x00000001 }" in step.nft
 
 
 def test_structure_change_asks_for_full_replacement(small_snapshot: s.Snapshot) -> None:
@@ -40,12 +40,12 @@ def test_new_forward_is_a_few_elements(small_snapshot: s.Snapshot) -> None:
     lines = step.nft.splitlines()
     assert lines[0].startswith("# portal increment")
     assert (
-        "add element inet portal fwd_ports { 198.51.100.6 . tcp . 25565 : 10.100.0.20 . 25565 }"
+        "add element inet portal_fw fwd_ports { 198.51.100.6 . tcp . 25565 : 10.100.0.20 . 25565 }"
         in lines
     )
     assert (
         lines[-1]
-        == f'add element inet portal version {{ 0x00000001 comment "sha256:{new.content_hash}" }}'
+        == f'add element inet portal_fw version {{ 0x00000001 comment "sha256:{new.content_hash}" }}'
     )
     assert step.added == 1
     assert step.deleted == 0
@@ -62,9 +62,9 @@ def test_changed_map_value_is_deleted_then_added() -> None:
     step = diff(compile_snapshot(make_snapshot((m,))), compile_snapshot(make_snapshot((m_new,))))
     assert step is not None
     text = step.nft
-    assert "delete element inet portal fwd_ports { 198.51.100.5 . tcp . 8080 }" in text
-    assert text.index("delete element inet portal fwd_ports") < text.index(
-        "add element inet portal fwd_ports"
+    assert "delete element inet portal_fw fwd_ports { 198.51.100.5 . tcp . 8080 }" in text
+    assert text.index("delete element inet portal_fw fwd_ports") < text.index(
+        "add element inet portal_fw fwd_ports"
     )
 
 
@@ -79,7 +79,7 @@ def test_unshaping_a_member_deletes_its_classes() -> None:
         "class del dev pl-cfwd classid 1:10",
         "class del dev pl-cfwu classid 1:10",
     ]
-    assert "delete element inet portal shape4 { 10.100.0.10 }" in step.nft
+    assert "delete element inet portal_fw shape4 { 10.100.0.10 }" in step.nft
 
 
 def test_one_change_in_a_large_snapshot_is_small() -> None:
