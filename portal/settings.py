@@ -97,6 +97,7 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.members",
     "apps.health",
+    "apps.firewall",
 ]
 
 MIDDLEWARE = [
@@ -196,6 +197,17 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": PORTAL_HEARTBEAT_INTERVAL},
     },
 }
+
+# --- Firewalls ------------------------------------------------------------------------------
+PORTAL_FIREWALL_SSH_KEY = os.environ.get(
+    "PORTAL_FIREWALL_SSH_KEY", str(VAR_DIR / "lab" / "portal_ed25519")
+)
+PORTAL_FIREWALL_KNOWN_HOSTS = os.environ.get(
+    "PORTAL_FIREWALL_KNOWN_HOSTS", str(VAR_DIR / "lab" / "known_hosts")
+)
+PORTAL_FIREWALL_CONFIRM_WITHIN = env_int("PORTAL_FIREWALL_CONFIRM_WITHIN", 30)
+PORTAL_RULESET_HISTORY = env_int("PORTAL_RULESET_HISTORY", 50)
+PORTAL_HEALTH_CONNTRACK_MAX_RATIO = 0.8
 
 # --- Authentication -------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [

@@ -1,0 +1,134 @@
+"""Firewall hosts, the rule-set versions compiled for them, and the log of every push."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from apps.firewall.choices import PushStatus, PushStep
+
+
+class FirewallHost(models.Model):
+    """A firewall the portal pushes to over SSH (forced command: deploy/firewall/portal-fw)."""
+
+    name = models.SlugField(_("name"), max_length=64, unique=True)
+    address = models.GenericIPAddressField(_("management address"))
+    port = models.PositiveIntegerField(_("SSH port"), default=22)
+    ssh_user = models.CharField(_("SSH user"), max_length=32, default="root")
+    rollout_order = models.PositiveSmallIntegerField(
+        _("rollout order"),
+        default=0,
+        help_text=_("Lower goes first; each host is checked before the next."),
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    member_interfaces = models.CharField(
+        _("member-side interfaces"), max_length=200, default="dorm0"
+    )
+    uplink_interfaces = models.CharField(_("uplink interfaces"), max_length=200, default="inet0")
+
+    push_status = models.CharField(
+        _("push status"), max_length=16, choices=PushStatus.choices, default=PushStatus.PENDING
+    )
+    applied_version = models.ForeignKey(
+        "firewall.RuleSetVersion",
+        verbose_name=_("applied version"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    applied_checksum = models.CharField(_("applied checksum"), max_length=64, blank=True)
+    error_reason = models.TextField(_("error"), blank=True)
+    last_push_at = models.DateTimeField(_("last push"), null=True, blank=True)
+    applied_at = models.DateTimeField(_("applied since"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["rollout_order", "name"]
+        verbose_name = _("firewall host")
+        verbose_name_plural = _("firewall hosts")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def mark_pending(self) -> None:
+        """A newer version waits for this host."""
+        self.push_status = PushStatus.PENDING
+        self.save(update_fields=["push_status"])
+
+    def mark_applied(self, version: RuleSetVersion) -> None:
+        """The host confirmed `version`."""
+        now = timezone.now()
+        self.push_status = PushStatus.APPLIED
+        self.applied_version = version
+        self.applied_checksum = version.content_hash
+        self.error_reason = ""
+        self.last_push_at = now
+        self.applied_at = now
+        self.save(
+            update_fields=[
+                "push_status",
+                "applied_version",
+                "applied_checksum",
+                "error_reason",
+                "last_push_at",
+                "applied_at",
+            ]
+        )
+
+    def mark_error(self, reason: str, *, unreachable: bool = False) -> None:
+        """The last push failed; the host keeps (or was rolled back to) its previous version."""
+        self.push_status = PushStatus.UNREACHABLE if unreachable else PushStatus.ERROR
+        self.error_reason = reason[:4000]
+        self.last_push_at = timezone.now()
+        self.save(update_fields=["push_status", "error_reason", "last_push_at"])
+
+
+class RuleSetVersion(models.Model):
+    """One compiled rule set for one host: the text that was (or is to be) loaded there."""
+
+    host = models.ForeignKey(
+        FirewallHost, verbose_name=_("host"), on_delete=models.CASCADE, related_name="versions"
+    )
+    content_hash = models.CharField(_("content hash"), max_length=64)
+    nft_text = models.TextField(_("nft transaction"))
+    tc_text = models.TextField(_("tc batch"), blank=True)
+    counts = models.JSONField(_("element counts"), default=dict)
+    size_bytes = models.PositiveIntegerField(_("size"), default=0)
+    compile_seconds = models.FloatField(_("compile time"), default=0)
+    cause = models.CharField(_("cause"), max_length=500, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(_("created"), default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = _("rule-set version")
+        verbose_name_plural = _("rule-set versions")
+        indexes = [models.Index(fields=["host", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.host} #{self.pk} {self.content_hash[:12]}"
+
+
+class PushLogEntry(models.Model):
+    """One step of one push to one host (what the push log screen lists)."""
+
+    host = models.ForeignKey(FirewallHost, on_delete=models.CASCADE, related_name="push_log")
+    version = models.ForeignKey(
+        RuleSetVersion, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    step = models.CharField(max_length=16, choices=PushStep.choices)
+    ok = models.BooleanField()
+    message = models.TextField(blank=True)
+    seconds = models.FloatField(default=0)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["host", "-at"])]
+
+    def __str__(self) -> str:
+        return f"{self.host} {self.step} {'ok' if self.ok else 'failed'}"

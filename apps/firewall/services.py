@@ -1,0 +1,197 @@
+"""Writes of the firewall app: store compiled versions, push them host by host."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from apps.firewall.choices import PushStep
+from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
+from apps.firewall.transport import FirewallSession, FirewallUnreachable, HelperReply, session_for
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """How one push to one host ended."""
+
+    host: str
+    ok: bool
+    step: str
+    message: str = ""
+    unreachable: bool = False
+    skipped: bool = False
+
+
+@transaction.atomic
+def ruleset_version_store(
+    *,
+    host: FirewallHost,
+    nft_text: str,
+    tc_text: str,
+    content_hash: str,
+    counts: dict[str, int],
+    compile_seconds: float,
+    cause: str,
+    actor: Any = None,
+) -> RuleSetVersion:
+    """Keep a compiled rule set; the same content again returns the stored version."""
+    latest = RuleSetVersion.objects.filter(host=host).first()
+    if latest is not None and latest.content_hash == content_hash:
+        return latest
+    version = RuleSetVersion.objects.create(
+        host=host,
+        content_hash=content_hash,
+        nft_text=nft_text,
+        tc_text=tc_text,
+        counts=counts,
+        size_bytes=len(nft_text.encode()),
+        compile_seconds=compile_seconds,
+        cause=cause[:500],
+        actor=actor if getattr(actor, "pk", None) else None,
+    )
+    keep = settings.PORTAL_RULESET_HISTORY
+    stale = RuleSetVersion.objects.filter(host=host).values_list("pk", flat=True)[keep:]
+    # Never drop what a host runs: a rollback to it must stay possible.
+    RuleSetVersion.objects.filter(pk__in=list(stale)).exclude(
+        pk=host.applied_version_id or 0
+    ).delete()
+    return version
+
+
+class _Push:
+    """One push: every step timed and logged; failures after apply roll the host back."""
+
+    def __init__(self, host: FirewallHost, version: RuleSetVersion) -> None:
+        self.host, self.version = host, version
+
+    def log(self, step: str, ok: bool, message: str, started: float) -> None:
+        PushLogEntry.objects.create(
+            host=self.host,
+            version=self.version,
+            step=step,
+            ok=ok,
+            message=message[:4000],
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    def fail(self, step: str, message: str, *, unreachable: bool = False) -> PushOutcome:
+        self.host.mark_error(f"{step}: {message}", unreachable=unreachable)
+        return PushOutcome(self.host.name, False, step, message, unreachable=unreachable)
+
+    def step(
+        self, session: FirewallSession, step: str, verb: str, *args: str, stdin: str | None = None
+    ) -> HelperReply:
+        started = time.monotonic()
+        reply = session.call(verb, *args, stdin=stdin)
+        self.log(step, reply.ok, "" if reply.ok else reply.message, started)
+        return reply
+
+    def rollback(self, session: FirewallSession) -> str:
+        try:
+            reply = self.step(session, PushStep.ROLLBACK, "rollback")
+        except FirewallUnreachable as exc:
+            return f"; the host reverts by itself when its confirm timer runs out ({exc})"
+        if reply.ok:
+            return "; rolled back to the previous rule set"
+        return f"; rollback failed: {reply.message}"
+
+    def run(self) -> PushOutcome:
+        version = self.version
+        started = time.monotonic()
+        try:
+            session = session_for(self.host).__enter__()
+        except FirewallUnreachable as exc:
+            self.log(PushStep.CONNECT, False, str(exc), started)
+            return self.fail(PushStep.CONNECT, str(exc), unreachable=True)
+        self.log(PushStep.CONNECT, True, "", started)
+        applied = False
+        try:
+            reply = self.step(session, PushStep.CHECK, "check", stdin=version.nft_text)
+            if not reply.ok:
+                return self.fail(PushStep.CHECK, f"the host refused the rule set: {reply.message}")
+            within = str(settings.PORTAL_FIREWALL_CONFIRM_WITHIN)
+            reply = self.step(
+                session,
+                PushStep.APPLY,
+                "apply",
+                "--confirm-within",
+                within,
+                "--staged",
+                reply.data.get("sha256", ""),
+                "--version",
+                f"v{version.pk}",
+            )
+            if not reply.ok:
+                return self.fail(PushStep.APPLY, reply.message)
+            applied = True
+            loaded = (reply.data.get("loaded") or {}).get("version") or reply.data.get("version")
+            if loaded != version.content_hash:
+                message = f"the host reports version {loaded!r}, expected {version.content_hash}"
+                self.log(PushStep.VERIFY, False, message, time.monotonic())
+                return self.fail(PushStep.VERIFY, message + self.rollback(session))
+            if version.tc_text.strip():
+                reply = self.step(session, PushStep.APPLY, "tc-apply", stdin=version.tc_text)
+                if not reply.ok:
+                    return self.fail(
+                        PushStep.APPLY, f"shaping: {reply.message}" + self.rollback(session)
+                    )
+            reply = self.step(session, PushStep.HEALTH, "health", "--sample-ms", "100")
+            problem = health_problem(reply, expected=version.content_hash)
+            if problem:
+                return self.fail(PushStep.HEALTH, problem + self.rollback(session))
+            reply = self.step(session, PushStep.CONFIRM, "confirm")
+            if not reply.ok:
+                return self.fail(PushStep.CONFIRM, reply.message)
+        except FirewallUnreachable as exc:
+            suffix = " (the host reverts by itself unless confirmed)" if applied else ""
+            return self.fail(PushStep.CONNECT, f"connection lost: {exc}{suffix}", unreachable=True)
+        finally:
+            session.__exit__(None, None, None)
+        self.host.mark_applied(version)
+        return PushOutcome(self.host.name, True, PushStep.CONFIRM)
+
+
+def health_problem(reply: HelperReply, *, expected: str) -> str:
+    """Why a host is not healthy after an apply, or "" when it is."""
+    if not reply.ok:
+        return f"health check failed: {reply.message}"
+    data = reply.data
+    if data.get("version") != expected:
+        return f"health: loaded version {data.get('version')!r}, expected {expected}"
+    conntrack = data.get("conntrack") or {}
+    limit = settings.PORTAL_HEALTH_CONNTRACK_MAX_RATIO
+    if conntrack.get("ratio") is not None and conntrack["ratio"] > limit:
+        return f"health: conntrack table {conntrack['ratio']:.0%} full (limit {limit:.0%})"
+    return ""
+
+
+def ruleset_push(*, host: FirewallHost, version: RuleSetVersion) -> PushOutcome:
+    """Upload, check, apply with the rollback timer armed, verify, health-check, confirm."""
+    return _Push(host, version).run()
+
+
+def ruleset_rollout(*, versions: Iterable[RuleSetVersion]) -> list[PushOutcome]:
+    """Push host by host in rollout order; a refused or unhealthy rule set stops the rollout,
+    so it never reaches the next host. An unreachable host is skipped: it stays pending and
+    gets the newest version when it returns."""
+    outcomes: list[PushOutcome] = []
+    ordered = sorted(versions, key=lambda v: (v.host.rollout_order, v.host.name))
+    for index, version in enumerate(ordered):
+        host = version.host
+        if not host.enabled:
+            continue
+        if host.applied_checksum == version.content_hash and host.push_status == "applied":
+            outcomes.append(PushOutcome(host.name, True, "", "already applied", skipped=True))
+            continue
+        outcome = ruleset_push(host=host, version=version)
+        outcomes.append(outcome)
+        if not outcome.ok and not outcome.unreachable:
+            for later in ordered[index + 1 :]:
+                later.host.mark_pending()
+            break
+    return outcomes

@@ -1,0 +1,114 @@
+"""SSH to the firewall helper (deploy/firewall/portal-fw): one connection, a few verbs.
+
+The portal's key may run nothing but the helper (forced command); this client only ever sends
+a verb from a closed list with arguments it built itself, never user input, and pins host keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+from django.conf import settings
+
+VERBS = frozenset({"check", "apply", "confirm", "rollback", "version", "health", "tc-apply"})
+
+
+class FirewallUnreachable(Exception):
+    """No SSH session to the host (down, refused, wrong host key, time-out)."""
+
+
+@dataclass(frozen=True)
+class HelperReply:
+    """What the helper answered: its exit status and its one JSON line."""
+
+    exit_status: int
+    data: dict[str, Any] = field(default_factory=dict)
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0 and bool(self.data.get("ok"))
+
+    @property
+    def message(self) -> str:
+        """A one-paragraph explanation for the push log and the staff screens."""
+        parts = [self.data.get("message") or "", self.data.get("detail") or "", self.stderr]
+        text = "\n".join(p.strip() for p in parts if p and p.strip())
+        return text or f"exit status {self.exit_status}"
+
+
+class FirewallSession:
+    """A synchronous facade over one asyncssh connection (used from Celery tasks)."""
+
+    def __init__(self, *, address: str, port: int, user: str, connect_timeout: float = 5) -> None:
+        self.address, self.port, self.user = address, port, user
+        self.connect_timeout = connect_timeout
+        self._loop = asyncio.new_event_loop()
+        self._conn: asyncssh.SSHClientConnection | None = None
+
+    def __enter__(self) -> FirewallSession:
+        key = Path(settings.PORTAL_FIREWALL_SSH_KEY)
+        known_hosts = Path(settings.PORTAL_FIREWALL_KNOWN_HOSTS)
+        try:
+            self._conn = self._loop.run_until_complete(
+                asyncio.wait_for(
+                    asyncssh.connect(
+                        self.address,
+                        port=self.port,
+                        username=self.user,
+                        client_keys=[str(key)],
+                        known_hosts=str(known_hosts),
+                        agent_path=None,
+                        config=None,
+                    ),
+                    self.connect_timeout,
+                )
+            )
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            self._loop.close()
+            reason = str(exc) or exc.__class__.__name__
+            raise FirewallUnreachable(f"{self.address}:{self.port}: {reason}") from exc
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._loop.run_until_complete(self._conn.wait_closed())
+        self._loop.close()
+
+    def call(
+        self, verb: str, *args: str, stdin: str | None = None, timeout: float = 120
+    ) -> HelperReply:
+        """Run one helper verb; a lost connection raises FirewallUnreachable."""
+        if verb not in VERBS:
+            raise ValueError(f"not a helper verb: {verb}")
+        if self._conn is None:
+            raise RuntimeError("use FirewallSession as a context manager")
+        command = shlex.join([verb, *args])
+        try:
+            result = self._loop.run_until_complete(
+                asyncio.wait_for(self._conn.run(command, input=stdin, check=False), timeout)
+            )
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            raise FirewallUnreachable(f"{verb}: {exc or exc.__class__.__name__}") from exc
+        stdout = str(result.stdout or "").strip().splitlines()
+        try:
+            data = json.loads(stdout[-1]) if stdout else {}
+        except json.JSONDecodeError:
+            data = {"message": stdout[-1]}
+        return HelperReply(
+            exit_status=result.exit_status if result.exit_status is not None else 255,
+            data=data,
+            stderr=str(result.stderr or "").strip(),
+        )
+
+
+def session_for(host: Any) -> FirewallSession:
+    """A session to a FirewallHost row."""
+    return FirewallSession(address=host.address, port=host.port, user=host.ssh_user)

@@ -1,0 +1,151 @@
+"""Pushing compiled rule sets to the lab firewalls over SSH, host by host."""
+
+from __future__ import annotations
+
+import pytest
+from lab_support import fw, lab_sh, reset_host
+
+from apps.firewall.choices import PushStatus
+from apps.firewall.models import FirewallHost, PushLogEntry
+from apps.firewall.services import ruleset_rollout, ruleset_version_store
+from workers.ruleset import compile_snapshot
+from workers.ruleset import snapshot as s
+
+pytestmark = [pytest.mark.lab, pytest.mark.django_db]
+
+MGMT = {"pl-nat1": "10.255.255.11", "pl-nat2": "10.255.255.12"}
+
+
+def compiled_for(host: str, port: int):
+    member = s.Member(
+        id=1,
+        public_ipv4="198.51.100.23",
+        devices=(s.Device(id=10, ipv4="10.100.1.23", ipv6=("2001:db8:100:1::23",)),),
+        forwards=(s.PortForward(1, "tcp", port, 10, 80),),
+    )
+    snapshot = s.Snapshot(
+        policy=s.Policy(management_networks=("10.255.255.0/28",)),
+        host=s.Host(
+            name=host,
+            uplink_interfaces=("inet0",),
+            member_interfaces=("dorm0",),
+            private_networks=("10.100.0.0/16",),
+            public_networks=("198.51.100.0/24",),
+        ),
+        members=(member,),
+    )
+    return compile_snapshot(snapshot)
+
+
+def version(host: FirewallHost, *, port: int = 8080, nft_text: str | None = None):
+    compiled = compiled_for(host.name, port)
+    return ruleset_version_store(
+        host=host,
+        nft_text=nft_text if nft_text is not None else compiled.nft,
+        tc_text=compiled.tc,
+        content_hash=compiled.content_hash if nft_text is None else "f" * 64,
+        counts=compiled.counts,
+        compile_seconds=0.0,
+        cause="test",
+    )
+
+
+@pytest.fixture
+def hosts(lab):
+    for name in MGMT:
+        reset_host(name)
+    rows = [
+        FirewallHost.objects.create(name=name, address=address, rollout_order=order)
+        for order, (name, address) in enumerate(sorted(MGMT.items()))
+    ]
+    yield rows
+    lab_sh("sshd-start", "nat1")
+    lab_sh("sshd-start", "nat2")
+
+
+def loaded(host: str) -> str | None:
+    return fw(host, "version").data["version"]
+
+
+def test_rollout_applies_and_confirms_on_every_host(hosts):
+    versions = [version(h) for h in hosts]
+    outcomes = ruleset_rollout(versions=versions)
+    assert [o.ok for o in outcomes] == [True, True], outcomes
+    for host, v in zip(hosts, versions, strict=True):
+        host.refresh_from_db()
+        assert host.push_status == PushStatus.APPLIED
+        assert host.applied_version == v
+        assert loaded(host.name) == v.content_hash
+        assert fw(host.name, "version").data["pending_confirm"] in (False, None)
+        steps = list(
+            PushLogEntry.objects.filter(host=host).order_by("id").values_list("step", "ok")
+        )
+        assert steps == [
+            ("connect", True),
+            ("check", True),
+            ("apply", True),
+            ("apply", True),
+            ("health", True),
+            ("confirm", True),
+        ] or steps == [
+            ("connect", True),
+            ("check", True),
+            ("apply", True),
+            ("health", True),
+            ("confirm", True),
+        ]
+    # The same content again is not pushed again.
+    again = ruleset_rollout(versions=[version(h) for h in hosts])
+    assert all(o.skipped for o in again)
+
+
+def test_a_refused_rule_set_reaches_no_host(hosts):
+    good = [version(h) for h in hosts]
+    ruleset_rollout(versions=good)
+    broken = (
+        "table inet portal_fw {\n\tchain input { type filter hook input priority 0; bogus; }\n}\n"
+    )
+    bad = [version(h, nft_text=broken) for h in hosts]
+    outcomes = ruleset_rollout(versions=bad)
+    assert len(outcomes) == 1
+    assert outcomes[0].step == "check"
+    assert "refused" in outcomes[0].message
+    first, second = (FirewallHost.objects.get(pk=h.pk) for h in hosts)
+    assert first.push_status == PushStatus.ERROR
+    assert "bogus" in first.error_reason or "syntax" in first.error_reason.lower()
+    assert second.push_status == PushStatus.PENDING
+    assert not PushLogEntry.objects.filter(host=second, version__in=bad).exists()
+    for host, v in zip(hosts, good, strict=True):
+        assert loaded(host.name) == v.content_hash  # still the last good version
+
+
+def test_unreachable_host_waits_and_the_other_is_updated(hosts):
+    assert lab_sh("sshd-stop", "nat1").returncode == 0
+    versions = [version(h) for h in hosts]
+    outcomes = ruleset_rollout(versions=versions)
+    assert [(o.host, o.ok, o.unreachable) for o in outcomes] == [
+        ("pl-nat1", False, True),
+        ("pl-nat2", True, False),
+    ]
+    assert FirewallHost.objects.get(name="pl-nat1").push_status == PushStatus.UNREACHABLE
+    assert loaded("pl-nat2") == versions[1].content_hash
+    # It returns: the next rollout converges.
+    assert lab_sh("sshd-start", "nat1").returncode == 0
+    hosts = list(FirewallHost.objects.order_by("rollout_order"))
+    outcomes = ruleset_rollout(versions=[version(h) for h in hosts])
+    assert [(o.ok, o.skipped) for o in outcomes] == [(True, False), (True, True)]
+    assert loaded("pl-nat1") == versions[0].content_hash
+
+
+def test_failing_health_rolls_the_host_back_and_stops(hosts, settings):
+    good = [version(h) for h in hosts]
+    ruleset_rollout(versions=good)
+    newer = [version(h, port=9090) for h in FirewallHost.objects.order_by("rollout_order")]
+    settings.PORTAL_HEALTH_CONNTRACK_MAX_RATIO = -1.0  # every host now counts as unhealthy
+    outcomes = ruleset_rollout(versions=newer)
+    assert len(outcomes) == 1
+    assert outcomes[0].step == "health"
+    assert "rolled back" in outcomes[0].message
+    assert loaded("pl-nat1") == good[0].content_hash
+    assert loaded("pl-nat2") == good[1].content_hash
+    assert FirewallHost.objects.get(name="pl-nat2").push_status == PushStatus.PENDING
