@@ -31,3 +31,100 @@ class UserFactory(factory.django.DjangoModelFactory):
             return
         # get_or_create: transactional tests flush the groups the migration created.
         self.groups.set([Group.objects.get_or_create(name=name)[0] for name in extracted])
+
+
+# --- members and network --------------------------------------------------------------------
+
+from django.utils import timezone  # noqa: E402
+
+from apps.members.choices import MemberStatus  # noqa: E402
+from apps.members.models import Building, Member, Room  # noqa: E402
+from apps.network.models import Family, PublicPool, Subnet  # noqa: E402
+
+
+class BuildingFactory(factory.django.DjangoModelFactory):
+    """A building with a private /24 and an IPv6 /56 from the lab ranges (n = 1, 2, ...)."""
+
+    class Meta:
+        model = Building
+        skip_postgeneration_save = True
+
+    code = factory.Sequence(lambda n: f"B{n + 1}")
+    name = factory.LazyAttribute(lambda b: f"House {b.code}")
+
+    @factory.post_generation
+    def subnets(self, create: bool, extracted: Any, **kwargs: Any) -> None:
+        if not create or extracted is False:
+            return
+        n = Building.objects.filter(pk__lte=self.pk).count() % 250 + 1
+        ipv4, ipv6 = extracted or (f"10.100.{n}.0/24", f"2001:db8:100:{n:02x}00::/56")
+        if ipv4:
+            Subnet.objects.create(building=self, family=Family.IPV4, network=ipv4)
+        if ipv6:
+            Subnet.objects.create(building=self, family=Family.IPV6, network=ipv6)
+
+
+class RoomFactory(factory.django.DjangoModelFactory):
+    """A room; its /64 comes from the building's prefix as the service would assign it."""
+
+    class Meta:
+        model = Room
+
+    building = factory.SubFactory(BuildingFactory)
+    number = factory.Sequence(lambda n: f"{100 + n}")
+    label = factory.LazyAttribute(lambda r: Room.make_label(r.building.code, r.number))
+
+    @classmethod
+    def _create(cls, model_class: Any, *args: Any, **kwargs: Any) -> Room:
+        from django.db import transaction
+
+        from apps.network.services import room_ipv6_prefix_next
+
+        with transaction.atomic():
+            kwargs.setdefault("ipv6_prefix", room_ipv6_prefix_next(building=kwargs["building"]))
+            return super()._create(model_class, *args, **kwargs)
+
+
+class MemberFactory(factory.django.DjangoModelFactory):
+    """A member (status pending unless told); use member_active() for a checked-in one."""
+
+    class Meta:
+        model = Member
+
+    user = factory.SubFactory(UserFactory, roles=["member"])
+    room = factory.SubFactory(RoomFactory)
+    status = MemberStatus.PENDING
+    status_since = factory.LazyFunction(timezone.now)
+    registered_at = factory.LazyFunction(timezone.now)
+
+
+def pool_create(network: str = "198.51.100.0/24", name: str = "lab") -> PublicPool:
+    """A public IPv4 pool."""
+    return PublicPool.objects.create(name=name, network=network)
+
+
+def member_active(**kwargs: Any) -> Member:
+    """A member checked in through the service (needs a public pool)."""
+    from apps.members.services import member_check_in
+
+    if not PublicPool.objects.exists():
+        pool_create()
+    member = MemberFactory(**kwargs)
+    return member_check_in(member=member, actor=None)
+
+
+_mac_counter = iter(range(1, 1 << 24))
+
+
+def next_mac() -> str:
+    """A fresh locally administered unicast MAC."""
+    n = next(_mac_counter)
+    return f"02:00:00:{n >> 16 & 255:02x}:{n >> 8 & 255:02x}:{n & 255:02x}"
+
+
+def device_add(member: Member, name: str | None = None, mac: str | None = None) -> Any:
+    """A device registered through the service."""
+    from apps.network.services import device_add as add
+
+    mac = mac or next_mac()
+    return add(member=member, name=name or f"dev-{mac[-5:]}", mac=mac, actor=None)

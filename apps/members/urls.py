@@ -6,4 +6,6 @@ app_name = "members"
 urlpatterns = [
     path("me/", views.DashboardView.as_view(), name="dashboard"),
     path("office-hours/", views.OfficeHoursView.as_view(), name="office_hours"),
+    path("office-hours/members/new/", views.MemberRegisterView.as_view(), name="member_register"),
+    path("office-hours/members/<int:pk>/", views.MemberDetailView.as_view(), name="member_detail"),
 ]

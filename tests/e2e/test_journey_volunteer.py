@@ -5,14 +5,16 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.factories import PASSWORD, UserFactory
+from tests.factories import PASSWORD, MemberFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_volunteer_logs_in_lands_on_office_hours_and_switches_to_german(page, login):
     UserFactory(username="vic", roles=["volunteer"])
-    UserFactory(username="m1", first_name="Fatima", last_name="Okafor", roles=["member"])
+    MemberFactory(
+        user=UserFactory(username="m1", first_name="Fatima", last_name="Okafor", roles=["member"])
+    )
     login("vic", PASSWORD)
     expect(page).to_have_url(re.compile(r"/office-hours/$"))
     expect(page.get_by_role("heading", name="Office hours")).to_be_visible()

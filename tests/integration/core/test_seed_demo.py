@@ -55,9 +55,11 @@ def test_a_larger_count_adds_only_the_missing_members(debug_on):
 def test_same_seed_gives_the_same_people(debug_on):
     call_command("seed_demo", members=10, seed=3)
     first = [(u, f, last) for u, f, last, _ in people()]
-    User.objects.all().delete()
+    first_network = network_state()
+    wipe()
     call_command("seed_demo", members=10, seed=3)
     assert [(u, f, last) for u, f, last, _ in people()] == first
+    assert network_state() == first_network
 
 
 def test_refused_without_debug_unless_forced(settings):
@@ -72,3 +74,64 @@ def test_refused_without_debug_unless_forced(settings):
 def test_negative_count_is_refused(debug_on):
     with pytest.raises(CommandError, match="--members"):
         call_command("seed_demo", members=-1)
+
+
+def network_state():
+    from apps.members.models import Member
+    from apps.network.models import Device, PublicAddress
+
+    return (
+        list(
+            Member.objects.order_by("user__username").values_list(
+                "user__username", "status", "room__label"
+            )
+        ),
+        list(
+            Device.objects.order_by("mac").values_list(
+                "member__user__username", "name", "mac", "ipv4", "ipv6"
+            )
+        ),
+        list(
+            PublicAddress.objects.order_by("address").values_list(
+                "address", "member__user__username"
+            )
+        ),
+    )
+
+
+def test_members_have_rooms_statuses_devices_and_addresses(debug_on):
+    from apps.members.choices import MemberStatus
+    from apps.members.models import Member
+    from apps.network.models import Device
+
+    call_command("seed_demo", members=120, seed=5)
+    statuses = set(Member.objects.values_list("status", flat=True))
+    assert statuses == set(MemberStatus.values)
+    devices = Device.objects.count()
+    assert 2.5 <= devices / Member.objects.count() <= 3.5
+    resident = Member.objects.get(user__username="resident")
+    assert resident.status == "active"
+    assert resident.public_ipv4
+    assert resident.devices.count() == 2
+    # Every active member holds exactly one public address; ended members none.
+    assert not Member.objects.filter(status="active", public_ipv4__isnull=True).exists()
+    assert not Member.objects.filter(status="ended", public_ipv4__isnull=False).exists()
+
+
+def test_network_data_is_deterministic_and_idempotent(debug_on):
+    from apps.members.models import Building
+
+    call_command("seed_demo", members=30, seed=9)
+    first = network_state()
+    call_command("seed_demo", members=30, seed=9)
+    assert network_state() == first
+    assert Building.objects.count() == 2
+
+
+def wipe():
+    from apps.members.models import Building, Member, Room
+    from apps.network.models import Device, PublicAddress, PublicPool, Subnet
+
+    for model in (Device, PublicAddress, PublicPool, Member, Room, Subnet, Building):
+        model.objects.all().delete()
+    User.objects.all().delete()

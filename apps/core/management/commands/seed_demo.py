@@ -1,8 +1,16 @@
-"""Deterministic demo data: the four demo logins and N member accounts."""
+"""Deterministic demo data: the four demo logins, N members with rooms, devices and addresses.
+
+Small runs (up to 200 members) use the lab ranges: 10.100.<b>.0/24 per building, public pool
+198.51.100.0/24, IPv6 2001:db8:100::/48 (a /56 per building, a /64 per room). Larger runs use the
+benchmark ranges: 10.<b>.0.0/16 per building and the public pool 198.18.0.0/15.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import ipaddress
 import random
+import string
 import time
 from typing import Any
 
@@ -10,10 +18,16 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group
+from django.contrib.postgres.fields.ranges import DateTimeTZRange
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
 
 from apps.accounts.roles import Role
+from apps.members.choices import HOLDS_PUBLIC_IPV4, MemberStatus
+from apps.members.models import Building, Member, Room, RoomStay, StatusChange
+from apps.network.models import Device, Family, PublicAddress, PublicPool, Subnet
+from apps.network.services import device_ipv6
 
 DEMO_PASSWORD = "demo"  # noqa: S105 - shown in the README; refused without DEBUG unless --force
 DEMO_USERS = [
@@ -100,11 +114,23 @@ class Command(BaseCommand):
         if members < 0:
             raise CommandError("--members must be 0 or more.")
         started = time.monotonic()
+        layout = Layout.for_count(members)
         with transaction.atomic():
             created_demo = self._demo_users()
             created_members = self._members(count=members, seed=seed)
+            network = NetworkSeeder(layout=layout, seed=seed)
+            network.prepare(members)
+            made = network.memberships(
+                [("resident", 1)] + [(f"member{n:05d}", n) for n in range(1, members + 1)]
+            )
+        if made["members"] > 1000:
+            # Fresh statistics after a bulk load, so the planner uses the search indexes at once.
+            with connection.cursor() as cursor:
+                for model in (get_user_model(), Member, Room, Device, PublicAddress):
+                    cursor.execute(f"ANALYZE {model._meta.db_table}")
         self.stdout.write(
-            f"seed_demo: {created_demo} demo login(s) and {created_members} member(s) created "
+            f"seed_demo: {created_demo} demo login(s) and {created_members} member(s) created, "
+            f"{made['members']} membership(s) with {made['devices']} device(s) "
             f"in {time.monotonic() - started:.1f} s (password for demo logins: {DEMO_PASSWORD})"
         )
 
@@ -161,3 +187,275 @@ class Command(BaseCommand):
             [through(user_id=uid, group_id=member_group.id) for uid in ids], batch_size=5000
         )
         return len(missing)
+
+
+# Membership statuses by share (cumulative weights), and devices per non-ended member
+# (mean 10/3, so that with 10 % ended members there are 3 devices per member on average).
+STATUS_WEIGHTS = [
+    (MemberStatus.ACTIVE, 70),
+    (MemberStatus.PENDING, 8),
+    (MemberStatus.TEST, 7),
+    (MemberStatus.SUSPENDED, 5),
+    (MemberStatus.ENDED, 10),
+]
+DEVICE_COUNTS = [1, 2, 3, 4, 5, 5]
+DEVICE_NAMES = ["laptop", "phone", "tablet", "desktop", "console", "tv", "printer", "watch"]
+EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+class Layout:
+    """Address ranges and building sizes for a demo of a given size."""
+
+    def __init__(self, *, rooms_per_building: int, pool: str, large: bool) -> None:
+        self.rooms_per_building = rooms_per_building
+        self.pool = pool
+        self.large = large
+
+    @classmethod
+    def for_count(cls, members: int) -> Layout:
+        if members <= 200:
+            return cls(rooms_per_building=40, pool="198.51.100.0/24", large=False)
+        if members > 250 * 250:
+            raise CommandError("--members: at most 62,500 (250 buildings of 250 rooms).")
+        return cls(rooms_per_building=250, pool="198.18.0.0/15", large=True)
+
+    def ipv4_subnet(self, b: int) -> str:
+        return f"10.{b}.0.0/16" if self.large else f"10.100.{b}.0/24"
+
+    def ipv6_prefix(self, b: int) -> str:
+        return f"2001:db8:100:{b:02x}00::/56"
+
+    def room_prefix(self, b: int, index: int) -> str:
+        return f"2001:db8:100:{b:02x}{index:02x}::/64"
+
+
+def building_code(b: int) -> str:
+    """A, B, ..., Z, AA, AB, ..."""
+    letters = string.ascii_uppercase
+    code = ""
+    while b > 0:
+        b, rest = divmod(b - 1, 26)
+        code = letters[rest] + code
+    return code
+
+
+def room_number(index: int) -> str:
+    """Room index 1.. as floor and number: 101..120, 201..220, ..."""
+    floor, number = divmod(index - 1, 20)
+    return f"{floor + 1}{number + 1:02d}"
+
+
+class NetworkSeeder:
+    """Buildings, rooms, memberships, public addresses and devices in bulk (one query per kind)."""
+
+    def __init__(self, *, layout: Layout, seed: int) -> None:
+        self.layout = layout
+        self.seed = seed
+
+    def prepare(self, members: int) -> None:
+        pool, _created = PublicPool.objects.get_or_create(
+            name="demo", defaults={"network": self.layout.pool}
+        )
+        if pool.network != self.layout.pool:
+            raise CommandError(
+                f"The demo pool is {pool.network}, but {members} members need {self.layout.pool}: "
+                "the layout changes above 200 members; seed a fresh database."
+            )
+        self.pool = pool
+        per = self.layout.rooms_per_building
+        count = max(2, -(-members // per))
+        existing = {b.code: b for b in Building.objects.all()}
+        new = [
+            Building(code=building_code(b), name=f"House {building_code(b)}")
+            for b in range(1, count + 1)
+            if building_code(b) not in existing
+        ]
+        Building.objects.bulk_create(new)
+        self.buildings = {
+            b: Building.objects.get(code=building_code(b))
+            if building_code(b) not in existing
+            else existing[building_code(b)]
+            for b in range(1, count + 1)
+        }
+        have = set(Subnet.objects.values_list("building_id", "family"))
+        Subnet.objects.bulk_create(
+            [
+                Subnet(building=building, family=family, network=net)
+                for b, building in self.buildings.items()
+                for family, net in (
+                    (Family.IPV4, self.layout.ipv4_subnet(b)),
+                    (Family.IPV6, self.layout.ipv6_prefix(b)),
+                )
+                if (building.pk, family) not in have
+            ]
+        )
+        labels = set(Room.objects.values_list("label", flat=True))
+        rooms = []
+        for b, building in self.buildings.items():
+            for index in range(1, per + 1):
+                label = Room.make_label(building.code, room_number(index))
+                if label not in labels:
+                    rooms.append(
+                        Room(
+                            building=building,
+                            number=room_number(index),
+                            label=label,
+                            ipv6_prefix=self.layout.room_prefix(b, index),
+                        )
+                    )
+        Room.objects.bulk_create(rooms, batch_size=5000)
+        self.rooms = {r.label: r for r in Room.objects.select_related("building")}
+
+    def _room_for(self, n: int) -> Room:
+        per = self.layout.rooms_per_building
+        b, index = divmod(n - 1, per)
+        return self.rooms[Room.make_label(building_code(b + 1), room_number(index + 1))]
+
+    def memberships(self, people: list[tuple[str, int]]) -> dict[str, int]:
+        """Member rows (and everything hanging off them) for the logins that have none yet."""
+        user_model = get_user_model()
+        ids = dict(
+            user_model.objects.filter(
+                username__in=[u for u, _ in people], member__isnull=True
+            ).values_list("username", "id")
+        )
+        todo = [(u, n) for u, n in people if u in ids]
+        if not todo:
+            return {"members": 0, "devices": 0}
+        now = timezone.now()
+        plans = []
+        for username, n in todo:
+            rng = random.Random(f"{self.seed}:{username}:net")  # noqa: S311 - demo data
+            status = MemberStatus.ACTIVE if username == "resident" else self._status(rng)
+            registered = EPOCH + dt.timedelta(days=rng.randrange(0, 300), minutes=n % 1440)
+            devices = (
+                2
+                if username == "resident"
+                else (0 if status == MemberStatus.ENDED else rng.choice(DEVICE_COUNTS))
+            )
+            plans.append((username, n, status, registered, devices, rng))
+        members = []
+        for username, n, status, registered, _devices, rng in plans:
+            ended = status == MemberStatus.ENDED
+            members.append(
+                Member(
+                    user_id=ids[username],
+                    room=None if ended else self._room_for(n),
+                    status=status,
+                    status_since=registered + dt.timedelta(days=2),
+                    registered_at=registered,
+                    checked_in_at=None
+                    if status == MemberStatus.PENDING
+                    else registered + dt.timedelta(days=1),
+                    test_access_until=(now + dt.timedelta(days=14)).date()
+                    if status == MemberStatus.TEST
+                    else None,
+                    ended_at=registered + dt.timedelta(days=2) if ended else None,
+                    phone=f"+49 30 {rng.randrange(1000000, 9999999)}",
+                )
+            )
+        Member.objects.bulk_create(members, batch_size=5000)
+        stays, changes = [], []
+        for member, (_u, n, status, registered, _d, _r) in zip(members, plans, strict=True):
+            room = self._room_for(n)
+            stays.append(
+                RoomStay(
+                    member=member,
+                    room=room,
+                    period=DateTimeTZRange(registered, member.ended_at),
+                )
+            )
+            changes.append(
+                StatusChange(member=member, old_status="", new_status="pending", at=registered)
+            )
+            if status != MemberStatus.PENDING:
+                changes.append(
+                    StatusChange(
+                        member=member,
+                        old_status="pending",
+                        new_status=status,
+                        at=member.status_since,
+                    )
+                )
+        RoomStay.objects.bulk_create(stays, batch_size=5000)
+        StatusChange.objects.bulk_create(changes, batch_size=5000)
+        PublicAddress.objects.bulk_create(self._public(members), batch_size=5000)
+        devices = self._devices(members, plans)
+        Device.objects.bulk_create(devices, batch_size=5000)
+        return {"members": len(members), "devices": len(devices)}
+
+    @staticmethod
+    def _status(rng: random.Random) -> str:
+        pick = rng.randrange(100)
+        for status, weight in STATUS_WEIGHTS:
+            if pick < weight:
+                return status
+            pick -= weight
+        return MemberStatus.ACTIVE
+
+    def _public(self, members: list[Member]) -> list[PublicAddress]:
+        network = ipaddress.IPv4Network(self.pool.network)
+        used = {
+            int(ipaddress.IPv4Address(a))
+            for a in PublicAddress.objects.filter(pool=self.pool).values_list("address", flat=True)
+        }
+        candidate = int(network.network_address) + 1
+        last = int(network.broadcast_address) - 1
+        rows = []
+        for member in members:
+            if member.status not in HOLDS_PUBLIC_IPV4:
+                continue
+            while candidate in used:
+                candidate += 1
+            if candidate > last:
+                raise CommandError(f"The demo pool {network} is too small for this many members.")
+            used.add(candidate)
+            rows.append(
+                PublicAddress(
+                    pool=self.pool,
+                    address=str(ipaddress.IPv4Address(candidate)),
+                    member=member,
+                    assigned_at=member.checked_in_at,
+                )
+            )
+        return rows
+
+    def _devices(self, members: list[Member], plans: list[Any]) -> list[Device]:
+        used: dict[int, set[int]] = {}
+        next_free: dict[int, int] = {}
+        rows = []
+        for member, (_u, n, _s, _reg, count, rng) in zip(members, plans, strict=True):
+            if not count:
+                continue
+            room = member.room
+            b = room.building_id
+            if b not in used:
+                subnet = Subnet.objects.get(building_id=b, family=Family.IPV4)
+                net = ipaddress.IPv4Network(subnet.network)
+                used[b] = {
+                    int(ipaddress.IPv4Address(a))
+                    for a in Device.objects.filter(
+                        ipv4__net_contained_or_equal=subnet.network
+                    ).values_list("ipv4", flat=True)
+                }
+                next_free[b] = int(net.network_address) + 2
+                used[b].add(int(net.broadcast_address))
+            names = rng.sample(DEVICE_NAMES, count)
+            for j in range(count):
+                while next_free[b] in used[b]:
+                    next_free[b] += 1
+                address = next_free[b]
+                used[b].add(address)
+                mac = f"02:{self.seed & 255:02x}:{n >> 16 & 255:02x}:{n >> 8 & 255:02x}:{n & 255:02x}:{j:02x}"
+                if n == 1 and _u == "resident":
+                    mac = f"06:{self.seed & 255:02x}:00:00:00:{j:02x}"
+                rows.append(
+                    Device(
+                        member=member,
+                        name=names[j],
+                        mac=mac,
+                        ipv4=str(ipaddress.IPv4Address(address)),
+                        ipv6=device_ipv6(room=room, mac=mac),
+                    )
+                )
+        return rows

@@ -1,0 +1,25 @@
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from apps.audit.models import AuditEntry
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The whole trail, read-only."""
+
+    list_display = ["at", "actor_name", "action", "object_repr"]
+    list_filter = ["action"]
+    search_fields = ["object_repr", "actor_name", "action"]
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -1,0 +1,74 @@
+"""Input shapes for the member pages (validation only; services do the work)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from apps.members.models import Room
+from apps.members.selectors import room_by_label
+
+
+class RoomField(forms.CharField):
+    """A room written as at the desk (A-101); cleans to the Room."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("label", _("Room"))
+        kwargs.setdefault("help_text", _("Building code and room number, e.g. A-101."))
+        kwargs.setdefault("max_length", 40)
+        super().__init__(**kwargs)
+
+    def clean(self, value: Any) -> Room:
+        text = super().clean(value)
+        room = room_by_label(label=text)
+        if room is None:
+            raise forms.ValidationError(
+                _("There is no room “%(room)s”. Write it as building code and number, e.g. A-101."),
+                params={"room": text},
+            )
+        return room
+
+
+class RegisterForm(forms.Form):
+    first_name = forms.CharField(label=_("First name"), max_length=150)
+    last_name = forms.CharField(label=_("Last name"), max_length=150)
+    email = forms.EmailField(label=_("E-mail"))
+    phone = forms.CharField(label=_("Phone"), max_length=40, required=False)
+    room = RoomField()
+
+
+class MoveForm(forms.Form):
+    room = RoomField(label=_("New room"))
+
+
+class SuspendForm(forms.Form):
+    reason = forms.CharField(label=_("Reason"), max_length=200)
+
+
+class TestAccessForm(forms.Form):
+    until = forms.DateField(
+        label=_("Test access until"), widget=forms.DateInput(attrs={"type": "date"})
+    )
+
+    def clean_until(self) -> Any:
+        until = self.cleaned_data["until"]
+        if until <= timezone.localdate():
+            raise forms.ValidationError(_("The test access must end after today."))
+        return until
+
+
+class EndForm(forms.Form):
+    note = forms.CharField(label=_("Note (optional)"), max_length=200, required=False)
+    confirm = forms.BooleanField(
+        label=_(
+            "Yes, end this membership: the public address goes into quarantine and all devices are removed."
+        )
+    )
+
+
+class ContactForm(forms.Form):
+    email = forms.EmailField(label=_("E-mail"))
+    phone = forms.CharField(label=_("Phone"), max_length=40, required=False)

@@ -1,0 +1,359 @@
+"""Writes to memberships: register, check in, test access, move, suspend, end.
+
+Each is one transaction with audit rows; those that change network state schedule the single
+`network_changed` hook for after the commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.contrib.postgres.fields.ranges import DateTimeTZRange
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from apps.accounts.roles import Role
+from apps.audit.services import audit_changes, audit_record
+from apps.members.choices import MemberStatus
+from apps.members.models import Building, Member, Room, RoomStay, StatusChange
+from apps.network.errors import MemberStateError, NetworkError
+from apps.network.hooks import network_changed_on_commit
+from apps.network.models import Device, Subnet
+from apps.network.services import (
+    _device_delete,
+    devices_readdress,
+    public_ipv4_allocate,
+    public_ipv4_release,
+    room_ipv6_prefix_next,
+    room_require_subnet,
+    subnet_create,
+)
+
+User = get_user_model()
+
+
+class RegistrationError(NetworkError):
+    """The registration data conflicts with an existing account."""
+
+
+def _lock(member: Member) -> Member:
+    return (
+        Member.objects.select_for_update(of=("self",))
+        .select_related("user", "room__building")
+        .get(pk=member.pk)
+    )
+
+
+def _set_status(
+    member: Member, new: str, *, actor: Any, note: str = "", extra: dict[str, Any] | None = None
+) -> None:
+    """Change the status, write the history row and the audit row (inside the caller's atomic)."""
+    now = timezone.now()
+    old = member.status
+    before = {"status": old, **{k: getattr(member, k) for k in (extra or {})}}
+    member.status, member.status_since = new, now
+    for key, value in (extra or {}).items():
+        setattr(member, key, value)
+    member.save(update_fields=["status", "status_since", *(extra or {})])
+    StatusChange.objects.create(
+        member=member, old_status=old, new_status=new, at=now, actor=actor, note=note[:200]
+    )
+    after = {"status": new, **(extra or {})}
+    changes = audit_changes(before, after)
+    if note:
+        changes["note"] = [None, note]
+    audit_record(actor=actor, action=f"member.{new}", obj=member, changes=changes, member=member)
+
+
+def _refuse_unless(member: Member, *allowed: str, action: str) -> None:
+    if member.status not in allowed:
+        raise MemberStateError(
+            _("%(action)s is not possible while the membership is “%(status)s”.")
+            % {"action": action, "status": member.get_status_display()}
+        )
+
+
+@transaction.atomic
+def member_register(
+    *,
+    first_name: str,
+    last_name: str,
+    email: str,
+    room: Room,
+    actor: Any,
+    phone: str = "",
+    username: str = "",
+) -> Member:
+    """A new pending member with a login (no password yet: they set one by password reset)."""
+    email = email.strip().lower()
+    username = (username or email).strip()
+    if User.objects.filter(username__iexact=username).exists():
+        raise RegistrationError(
+            _("There is already an account with this e-mail address."), field="email"
+        )
+    if User.objects.filter(email__iexact=email).exists():
+        raise RegistrationError(
+            _("There is already an account with this e-mail address."), field="email"
+        )
+    user = User.objects.create_user(
+        username=username,
+        email=email,
+        first_name=first_name.strip(),
+        last_name=last_name.strip(),
+        password=None,
+    )
+    user.groups.add(Group.objects.get_or_create(name=Role.MEMBER)[0])
+    now = timezone.now()
+    member = Member.objects.create(
+        user=user,
+        room=room,
+        status=MemberStatus.PENDING,
+        status_since=now,
+        registered_at=now,
+        phone=phone.strip(),
+    )
+    RoomStay.objects.create(member=member, room=room, period=DateTimeTZRange(now, None))
+    StatusChange.objects.create(
+        member=member, old_status="", new_status=MemberStatus.PENDING, at=now, actor=actor
+    )
+    audit_record(
+        actor=actor,
+        action="member.register",
+        obj=member,
+        changes=audit_changes(
+            {},
+            {"name": user.get_full_name(), "email": email, "room": room.label, "phone": phone},
+        ),
+        member=member,
+    )
+    return member
+
+
+@transaction.atomic
+def member_update_contact(*, member: Member, actor: Any, email: str, phone: str) -> Member:
+    """Change a member's e-mail address and phone number."""
+    member = _lock(member)
+    user = member.user
+    email = email.strip().lower()
+    if User.objects.filter(email__iexact=email).exclude(pk=user.pk).exists():
+        raise RegistrationError(
+            _("There is already an account with this e-mail address."), field="email"
+        )
+    before = {"email": user.email, "phone": member.phone}
+    user.email, member.phone = email, phone.strip()
+    user.save(update_fields=["email"])
+    member.save(update_fields=["phone"])
+    changes = audit_changes(before, {"email": user.email, "phone": member.phone})
+    if changes:
+        audit_record(
+            actor=actor, action="member.contact", obj=member, changes=changes, member=member
+        )
+    return member
+
+
+@transaction.atomic
+def member_check_in(*, member: Member, actor: Any) -> Member:
+    """Activate a membership and give it its public IPv4 (kept if it already has one)."""
+    member = _lock(member)
+    _refuse_unless(
+        member,
+        MemberStatus.PENDING,
+        MemberStatus.TEST,
+        MemberStatus.SUSPENDED,
+        action=_("Checking in"),
+    )
+    room_require_subnet(room=member.room)
+    public_ipv4_allocate(member=member, actor=actor)
+    extra: dict[str, Any] = {"test_access_until": None}
+    if member.checked_in_at is None:
+        extra["checked_in_at"] = timezone.now()
+    _set_status(member, MemberStatus.ACTIVE, actor=actor, extra=extra)
+    network_changed_on_commit(cause=f"member.check_in {member.pk}", actor=actor)
+    return member
+
+
+@transaction.atomic
+def member_test_access_grant(*, member: Member, until: dt.date, actor: Any) -> Member:
+    """A test access until `until` (shaped later by the firewall); assigns the public IPv4."""
+    member = _lock(member)
+    _refuse_unless(member, MemberStatus.PENDING, MemberStatus.TEST, action=_("A test access"))
+    if until <= timezone.localdate():
+        raise MemberStateError(_("The test access must end after today."), field="until")
+    room_require_subnet(room=member.room)
+    public_ipv4_allocate(member=member, actor=actor)
+    _set_status(member, MemberStatus.TEST, actor=actor, extra={"test_access_until": until})
+    network_changed_on_commit(cause=f"member.test_access {member.pk}", actor=actor)
+    return member
+
+
+@transaction.atomic
+def member_suspend(*, member: Member, reason: str, actor: Any) -> Member:
+    """Suspend an active membership (addresses stay reserved; the firewall cuts it off)."""
+    member = _lock(member)
+    _refuse_unless(member, MemberStatus.ACTIVE, MemberStatus.TEST, action=_("Suspending"))
+    if not reason.strip():
+        raise MemberStateError(_("Say why the membership is suspended."), field="reason")
+    _set_status(member, MemberStatus.SUSPENDED, actor=actor, note=reason.strip())
+    network_changed_on_commit(cause=f"member.suspend {member.pk}", actor=actor)
+    return member
+
+
+@transaction.atomic
+def member_move(*, member: Member, room: Room, actor: Any) -> Member:
+    """Move to another room: new private addresses for the devices, the same public IPv4."""
+    member = _lock(member)
+    if member.is_ended:
+        raise MemberStateError(_("An ended membership cannot move."), field="room")
+    if member.room_id == room.pk:
+        raise MemberStateError(
+            _("%(member)s already lives in %(room)s.") % {"member": member, "room": room.label},
+            field="room",
+        )
+    room = Room.objects.select_related("building").get(pk=room.pk)
+    room_require_subnet(room=room)
+    now = timezone.now()
+    old_room = member.room
+    devices_readdress(member=member, room=room, actor=actor)
+    _close_stay(member, now)
+    RoomStay.objects.create(member=member, room=room, period=DateTimeTZRange(now, None))
+    member.room = room
+    member.save(update_fields=["room"])
+    audit_record(
+        actor=actor,
+        action="member.move",
+        obj=member,
+        changes={"room": [old_room.label if old_room else None, room.label]},
+        member=member,
+    )
+    network_changed_on_commit(cause=f"member.move {member.pk}", actor=actor)
+    return member
+
+
+def _close_stay(member: Member, now: dt.datetime) -> None:
+    stay = RoomStay.objects.filter(member=member, period__upper_inf=True).first()
+    if stay is not None:
+        stay.period = DateTimeTZRange(stay.period.lower, now)
+        stay.save(update_fields=["period"])
+
+
+@transaction.atomic
+def member_end(*, member: Member, actor: Any, note: str = "") -> Member:
+    """End a membership: public IPv4 to quarantine, devices removed, room given up."""
+    member = _lock(member)
+    if member.is_ended:
+        raise MemberStateError(_("This membership has already ended."))
+    now = timezone.now()
+    public_ipv4_release(member=member, actor=actor)
+    for device in Device.objects.filter(member=member).select_related("member").order_by("id"):
+        _device_delete(device=device, actor=actor, action="device.remove")
+    # Port forwards arrive with a later issue; they are disabled here when they exist.
+    _close_stay(member, now)
+    _set_status(
+        member,
+        MemberStatus.ENDED,
+        actor=actor,
+        note=note,
+        extra={"ended_at": now, "room": None, "test_access_until": None},
+    )
+    network_changed_on_commit(cause=f"member.end {member.pk}", actor=actor)
+    return member
+
+
+@transaction.atomic
+def building_create(*, code: str, name: str, actor: Any, address: str = "") -> Building:
+    """A new building (its subnets are added with network.services.subnet_create)."""
+    building = Building.objects.create(code=code.strip(), name=name.strip(), address=address)
+    audit_record(
+        actor=actor,
+        action="building.create",
+        obj=building,
+        changes=audit_changes({}, {"code": building.code, "name": building.name}),
+    )
+    return building
+
+
+@transaction.atomic
+def room_create(*, building: Building, number: str, actor: Any) -> Room:
+    """A new room with its IPv6 /64 from the building's prefix (when the building has one)."""
+    number = number.strip()
+    if Room.objects.filter(building=building, number=number).exists():
+        raise NetworkError(
+            _("Room %(room)s already exists.") % {"room": Room.make_label(building.code, number)},
+            field="number",
+        )
+    room = Room.objects.create(
+        building=building,
+        number=number,
+        label=Room.make_label(building.code, number),
+        ipv6_prefix=room_ipv6_prefix_next(building=building),
+    )
+    audit_record(
+        actor=actor,
+        action="room.create",
+        obj=room,
+        changes=audit_changes({}, {"label": room.label, "ipv6_prefix": room.ipv6_prefix}),
+    )
+    return room
+
+
+class ImportError_(NetworkError):
+    """A CSV line that cannot be imported; nothing of the file was imported."""
+
+
+IMPORT_COLUMNS = ("building", "building_name", "room", "ipv4_subnet", "ipv6_prefix")
+
+
+def rooms_import(*, rows: Iterable[Mapping[str, str]], actor: Any) -> dict[str, int]:
+    """Buildings and rooms from CSV rows (columns IMPORT_COLUMNS); all or nothing.
+
+    Existing buildings and rooms are left as they are, so importing the same file twice
+    changes nothing. Counts of what was created are returned.
+    """
+    counts = {"buildings": 0, "rooms": 0, "subnets": 0, "unchanged": 0}
+    with transaction.atomic():
+        buildings = {b.code: b for b in Building.objects.all()}
+        for line, row in enumerate(rows, start=2):
+            code = (row.get("building") or "").strip()
+            number = (row.get("room") or "").strip()
+            if not code or not number:
+                raise ImportError_(
+                    _("Line %(line)d: the columns “building” and “room” must not be empty.")
+                    % {"line": line}
+                )
+            try:
+                building = buildings.get(code)
+                if building is None:
+                    building = building_create(
+                        code=code, name=(row.get("building_name") or code).strip(), actor=actor
+                    )
+                    buildings[code] = building
+                    counts["buildings"] += 1
+                for column in ("ipv4_subnet", "ipv6_prefix"):
+                    value = (row.get(column) or "").strip()
+                    if (
+                        value
+                        and not Subnet.objects.filter(building=building, network=value).exists()
+                    ):
+                        subnet_create(building=building, network=value, actor=actor)
+                        counts["subnets"] += 1
+                if Room.objects.filter(building=building, number=number).exists():
+                    counts["unchanged"] += 1
+                    continue
+                room_create(building=building, number=number, actor=actor)
+                counts["rooms"] += 1
+            except (NetworkError, ValueError, ValidationError) as exc:
+                message = (
+                    exc.message
+                    if isinstance(exc, NetworkError)
+                    else "; ".join(getattr(exc, "messages", [str(exc)]))
+                )
+                raise ImportError_(
+                    _("Line %(line)d: %(error)s") % {"line": line, "error": message}
+                ) from None
+    return counts

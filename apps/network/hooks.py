@@ -1,0 +1,59 @@
+"""The one hook for "network state changed": services schedule it, the compile task hangs off it.
+
+Services call `network_changed_on_commit(cause=..., actor=...)` inside their transaction. The hook
+`network_changed` then runs once after the outermost transaction commits, however many services
+and causes took part, and never when it rolls back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import redis
+from django.db import transaction
+from django.utils import timezone
+
+from portal.redis import redis_client
+
+logger = logging.getLogger(__name__)
+CHANGES_KEY = "portal:network-changes"
+CHANGES_KEPT = 1000
+
+
+def network_changed(*, cause: str, actor: Any) -> None:
+    """A committed change of network state: record it (the rule-set compile attaches here)."""
+    name = actor.get_username() if getattr(actor, "is_authenticated", False) else "system"
+    entry = {"cause": cause, "actor": name, "at": timezone.now().isoformat()}
+    logger.info("network changed: %s (by %s)", cause, name)
+    try:
+        client = redis_client()
+        client.lpush(CHANGES_KEY, json.dumps(entry))
+        client.ltrim(CHANGES_KEY, 0, CHANGES_KEPT - 1)
+    except redis.RedisError as exc:
+        logger.warning("network change not recorded in Redis: %s", exc)
+
+
+class _PendingChange:
+    """The on_commit callback of one transaction; later causes join it instead of adding more."""
+
+    def __init__(self, cause: str, actor: Any) -> None:
+        self.causes = [cause]
+        self.actor = actor
+        self.done = False
+
+    def __call__(self) -> None:
+        self.done = True
+        network_changed(cause=", ".join(dict.fromkeys(self.causes)), actor=self.actor)
+
+
+def network_changed_on_commit(*, cause: str, actor: Any) -> None:
+    """Schedule `network_changed` for when the current transaction commits (once per commit)."""
+    connection = transaction.get_connection()
+    if connection.in_atomic_block:
+        for _savepoints, func, _robust in connection.run_on_commit:
+            if isinstance(func, _PendingChange) and not func.done:
+                func.causes.append(cause)
+                return
+    transaction.on_commit(_PendingChange(cause, actor))

@@ -1,0 +1,85 @@
+"""Journeys: a volunteer checks in a pending member and registers a device for them; a resident
+adds a device. Keyboard first, in the real browser."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from apps.members.choices import MemberStatus
+from apps.members.models import Member
+from apps.network.models import Device
+from tests.factories import PASSWORD, MemberFactory, UserFactory, member_active, pool_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_volunteer_checks_in_a_pending_member_and_registers_a_device(page, login):
+    pool_create()
+    UserFactory(username="vic", roles=["volunteer"])
+    member = MemberFactory(
+        user=UserFactory(first_name="Fatima", last_name="Okafor", roles=["member"])
+    )
+    login("vic", PASSWORD)
+    expect(page).to_have_url(re.compile(r"/office-hours/$"))
+    queue = page.locator("#pending-queue")
+    expect(queue).to_contain_text("Fatima Okafor")
+
+    # Find her by room, from the keyboard, and open her page.
+    page.keyboard.type(member.room.label)
+    results = page.locator("#search-results")
+    expect(results).to_contain_text("Fatima Okafor")
+    results.get_by_role("link", name="Fatima Okafor").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Fatima Okafor")
+
+    page.get_by_role("button", name="Check in").click()
+    expect(page.locator(".messages")).to_contain_text("checked in")
+    public = page.get_by_test_id("public-ipv4")
+    expect(public).to_have_text("198.51.100.1")
+
+    # Register her laptop; the MAC as printed on a label, with dashes.
+    devices = page.locator("#devices")
+    devices.get_by_label("Device name").fill("Laptop")
+    devices.get_by_label("MAC address").fill("3C-22-FB-12-34-56")
+    devices.get_by_label("MAC address").press("Enter")
+    expect(devices).to_contain_text("3c:22:fb:12:34:56")
+    expect(devices.locator(".notice")).to_contain_text("Laptop")
+    member.refresh_from_db()
+    assert member.status == MemberStatus.ACTIVE
+    assert Device.objects.get(member=member).mac == "3c:22:fb:12:34:56"
+
+    # A refusal shows next to the field.
+    devices.get_by_label("Device name").fill("Phone")
+    devices.get_by_label("MAC address").fill("01:00:5e:00:00:01")
+    devices.get_by_role("button", name="Add device").click()
+    expect(devices.locator("#add-mac-error")).to_contain_text("multicast")
+    expect(page.locator("#audit-trail")).to_contain_text("member.active")
+
+
+def test_resident_adds_renames_and_removes_a_device(page, login):
+    user = UserFactory(username="rita", roles=["member"])
+    member = member_active(user=user)
+    login("rita", PASSWORD)
+    expect(page).to_have_url(re.compile(r"/me/$"))
+    expect(page.get_by_test_id("public-ipv4")).to_have_text(member.public_ipv4.address)
+    devices = page.locator("#devices")
+    expect(devices).to_contain_text("No devices yet")
+
+    devices.get_by_label("Device name").fill("Phone")
+    devices.get_by_label("MAC address").fill("aabb.ccdd.ee01")
+    devices.get_by_role("button", name="Add device").click()
+    expect(devices.locator("tbody")).to_contain_text("aa:bb:cc:dd:ee:01")
+    device = Device.objects.get(member=member)
+    expect(devices.locator("tbody")).to_contain_text(device.ipv4)
+
+    devices.get_by_role("button", name="Change Phone").click()
+    edit = devices.locator("tr.editing")
+    edit.get_by_label("Device name").fill("My phone")
+    edit.get_by_label("Device name").press("Enter")
+    expect(devices.locator("tbody")).to_contain_text("My phone")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    devices.get_by_role("button", name="Remove My phone").click()
+    expect(devices).to_contain_text("No devices yet")
+    assert not Member.objects.get(pk=member.pk).devices.exists()

@@ -1,0 +1,140 @@
+"""Resident dashboard and the member page: htmx partials, errors next to fields, actions."""
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from apps.members.choices import MemberStatus
+from apps.network.models import Device
+from tests.factories import MemberFactory, device_add, member_active, pool_create
+
+pytestmark = pytest.mark.django_db
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+def login(user):
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_dashboard_shows_devices_and_all_addresses():
+    member = member_active()
+    device = device_add(member)
+    body = login(member.user).get(reverse("members:dashboard")).content.decode()
+    for text in (
+        member.public_ipv4.address,
+        device.ipv4,
+        device.ipv6,
+        device.mac,
+        member.room.label,
+        "Where do I find the MAC address?",
+    ):
+        assert text in body
+
+
+def test_dashboard_empty_state():
+    member = member_active()
+    assert "No devices yet" in login(member.user).get(reverse("members:dashboard")).content.decode()
+
+
+def test_dashboard_query_count_does_not_grow_with_devices(
+    django_assert_max_num_queries, django_assert_num_queries
+):
+    member = member_active()
+    client = login(member.user)
+    device_add(member)
+    client.get(reverse("members:dashboard"))
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as one:
+        client.get(reverse("members:dashboard"))
+    for _ in range(4):
+        device_add(member)
+    with CaptureQueriesContext(connection) as five:
+        client.get(reverse("members:dashboard"))
+    assert len(one) == len(five)
+
+
+def test_add_device_with_htmx_returns_the_section_and_errors_next_to_fields():
+    member = member_active()
+    client = login(member.user)
+    url = reverse("network:device_add", args=[member.pk])
+    response = client.post(url, {"name": "laptop", "mac": "AA-BB-CC-DD-EE-21"}, **HX)
+    body = response.content.decode()
+    assert body.lstrip().startswith('<section id="devices"')
+    assert "aa:bb:cc:dd:ee:21" in body
+    assert "added" in body
+    response = client.post(url, {"name": "phone", "mac": "01:00:5e:00:00:01"}, **HX)
+    body = response.content.decode()
+    assert 'id="add-mac-error"' in body
+    assert "multicast" in body
+    response = client.post(url, {"name": "phone", "mac": "aabb.ccdd.ee21"}, **HX)
+    assert "already registered" in response.content.decode()
+    assert Device.objects.count() == 1
+
+
+def test_rename_inline_and_remove():
+    member = member_active()
+    device = device_add(member, name="old")
+    client = login(member.user)
+    form = client.get(reverse("network:device_edit", args=[device.pk]), **HX).content.decode()
+    assert 'name="name"' in form
+    assert 'value="old"' in form
+    client.post(
+        reverse("network:device_edit", args=[device.pk]), {"name": "new", "mac": device.mac}, **HX
+    )
+    device.refresh_from_db()
+    assert device.name == "new"
+    client.post(reverse("network:device_remove", args=[device.pk]), **HX)
+    assert not Device.objects.exists()
+
+
+def test_member_page_actions_and_audit(make_user):
+    pool_create()
+    member = MemberFactory()
+    client = login(make_user(roles=("volunteer",)))
+    url = reverse("members:member_detail", args=[member.pk])
+    response = client.post(url, {"action": "check-in"})
+    assert response.status_code == 302
+    member.refresh_from_db()
+    assert member.status == MemberStatus.ACTIVE
+    body = client.get(url).content.decode()
+    assert "Audit trail" in body
+    assert "member.active" in body
+    assert "public_ipv4.assign" in body
+    # A wrong room: the message next to the field, nothing changed.
+    response = client.post(url, {"action": "move", "room": "Z-999"})
+    assert response.status_code == 422
+    assert 'id="id_room-error"' in response.content.decode()
+    response = client.post(url, {"action": "end"})
+    assert response.status_code == 422
+    member.refresh_from_db()
+    assert member.status == MemberStatus.ACTIVE
+    client.post(url, {"action": "end", "confirm": "on"})
+    member.refresh_from_db()
+    assert member.status == MemberStatus.ENDED
+
+
+def test_register_member_at_the_desk(make_user):
+    from tests.factories import RoomFactory
+
+    room = RoomFactory()
+    client = login(make_user(roles=("volunteer",)))
+    response = client.post(
+        reverse("members:member_register"),
+        {
+            "first_name": "A",
+            "last_name": "B",
+            "email": "ab@example.org",
+            "room": room.label.lower(),
+        },
+    )
+    assert response.status_code == 302
+    response = client.post(
+        reverse("members:member_register"),
+        {"first_name": "A", "last_name": "B", "email": "ab@example.org", "room": room.label},
+    )
+    assert response.status_code == 422
+    assert "already an account" in response.content.decode()
