@@ -1,0 +1,307 @@
+"""API: tickets (members see their own, support all) and incidents (support staff)."""
+
+from __future__ import annotations
+
+from django.http import Http404
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
+from rest_framework import serializers, status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.accounts.roles import Role, has_role, role_permission
+from apps.tickets import selectors, services
+from apps.tickets.choices import IncidentPhase, IncidentSeverity, MessageKind, TicketStatus
+from apps.tickets.models import Incident, Ticket
+
+IsSupportRole = role_permission(Role.SUPPORT)
+
+TICKET_FILTERS = [
+    OpenApiParameter("search", str, description="Words in subject, sender or message text"),
+    OpenApiParameter("status", str, enum=["active", *TicketStatus.values]),
+    OpenApiParameter("queue", str, description="Queue slug"),
+    OpenApiParameter("assignee", str, description="'me', 'none' or a user id"),
+    OpenApiParameter("incident", str, description="'any', 'none' or an incident id"),
+    OpenApiParameter("tag", str),
+]
+
+
+class TicketListAPI(APIView):
+    """List visible tickets (filters and ?search=) or open one as the requester."""
+
+    class OutputSerializer(serializers.ModelSerializer):
+        number = serializers.CharField()
+        assignee = serializers.CharField(source="assignee.get_username", default=None)
+        queue = serializers.CharField(source="queue.slug", default=None)
+
+        class Meta:
+            model = Ticket
+            ref_name = "TicketListOutput"
+            fields = [
+                "id",
+                "number",
+                "subject",
+                "status",
+                "channel",
+                "requester_email",
+                "requester_name",
+                "queue",
+                "assignee",
+                "tags",
+                "incident",
+                "created_at",
+                "last_message_at",
+                "first_response_at",
+                "solved_at",
+            ]
+
+    class InputSerializer(serializers.Serializer):
+        subject = serializers.CharField(max_length=300)
+        body = serializers.CharField()
+
+        class Meta:
+            ref_name = "TicketCreateInput"
+
+    @extend_schema(parameters=TICKET_FILTERS, responses=OutputSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        filters = request.query_params
+        tickets = selectors.ticket_list(actor=request.user, filters=filters)
+        paginator = PageNumberPagination()
+        page = paginator.paginate_queryset(tickets, request, view=self)
+        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+
+    @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            ticket = services.ticket_open(actor=request.user, **data.validated_data)
+        except services.TicketError as exc:
+            raise serializers.ValidationError({"detail": str(exc)}) from exc
+        return Response(self.OutputSerializer(ticket).data, status=status.HTTP_201_CREATED)
+
+
+class TicketDetailAPI(APIView):
+    """One ticket with its thread (internal notes only for support staff); 404 if not yours."""
+
+    class MessageSerializer(serializers.Serializer):
+        id = serializers.IntegerField()
+        kind = serializers.ChoiceField(choices=MessageKind.choices)
+        from_email = serializers.CharField()
+        from_name = serializers.CharField()
+        subject = serializers.CharField()
+        body_text = serializers.CharField()
+        is_automatic = serializers.BooleanField()
+        created_at = serializers.DateTimeField()
+        sent_at = serializers.DateTimeField(allow_null=True)
+
+        class Meta:
+            ref_name = "TicketMessageOutput"
+
+    class OutputSerializer(serializers.ModelSerializer):
+        number = serializers.CharField()
+        assignee = serializers.CharField(source="assignee.get_username", default=None)
+        queue = serializers.CharField(source="queue.slug", default=None)
+        messages = serializers.SerializerMethodField()
+
+        class Meta:
+            model = Ticket
+            ref_name = "TicketDetailOutput"
+            fields = [
+                "id",
+                "number",
+                "subject",
+                "status",
+                "channel",
+                "requester_email",
+                "requester_name",
+                "queue",
+                "assignee",
+                "tags",
+                "incident",
+                "created_at",
+                "last_message_at",
+                "first_response_at",
+                "solved_at",
+                "messages",
+            ]
+
+        @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+        def get_messages(self, ticket: Ticket) -> list[dict]:
+            thread = selectors.ticket_thread(actor=self.context["actor"], ticket=ticket)
+            return TicketDetailAPI.MessageSerializer(thread, many=True).data
+
+    class InputSerializer(serializers.Serializer):
+        status = serializers.ChoiceField(choices=TicketStatus.choices, required=False)
+        reply = serializers.CharField(required=False)
+        note = serializers.CharField(required=False)
+
+        class Meta:
+            ref_name = "TicketUpdateInput"
+
+    def _ticket(self, request: Request, pk: int) -> Ticket:
+        try:
+            return selectors.ticket_get(actor=request.user, pk=pk)
+        except Ticket.DoesNotExist:
+            raise Http404 from None
+
+    @extend_schema(responses=OutputSerializer)
+    def get(self, request: Request, pk: int) -> Response:
+        ticket = self._ticket(request, pk)
+        return Response(self.OutputSerializer(ticket, context={"actor": request.user}).data)
+
+    @extend_schema(request=InputSerializer, responses=OutputSerializer, operation_id="tickets_act")
+    def post(self, request: Request, pk: int) -> Response:
+        """Support: reply, add a note or change the status. Requester: add a message (reply)."""
+        ticket = self._ticket(request, pk)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        support = has_role(request.user, Role.SUPPORT)
+        try:
+            if support:
+                if values.get("reply"):
+                    services.ticket_reply(
+                        ticket=ticket,
+                        actor=request.user,
+                        body=values["reply"],
+                        status=values.get("status", TicketStatus.WAITING),
+                    )
+                elif values.get("status"):
+                    services.ticket_update(
+                        ticket=ticket, actor=request.user, status=values["status"]
+                    )
+                if values.get("note"):
+                    services.ticket_note(ticket=ticket, actor=request.user, body=values["note"])
+            else:
+                if "status" in values or "note" in values:
+                    raise serializers.ValidationError({"detail": "Only support staff may."})
+                services.ticket_member_post(
+                    ticket=ticket, actor=request.user, body=values.get("reply", "")
+                )
+        except services.TicketError as exc:
+            raise serializers.ValidationError({"detail": str(exc)}) from exc
+        ticket.refresh_from_db()
+        return Response(self.OutputSerializer(ticket, context={"actor": request.user}).data)
+
+
+class IncidentListAPI(APIView):
+    """Incidents (support staff): list, declare."""
+
+    permission_classes = [IsSupportRole]
+
+    class OutputSerializer(serializers.ModelSerializer):
+        ticket_count = serializers.IntegerField(read_only=True)
+        active_count = serializers.IntegerField(read_only=True)
+
+        class Meta:
+            model = Incident
+            ref_name = "IncidentOutput"
+            fields = [
+                "id",
+                "title",
+                "description",
+                "severity",
+                "affected",
+                "keywords",
+                "public",
+                "started_at",
+                "ended_at",
+                "ticket_count",
+                "active_count",
+            ]
+
+    class InputSerializer(serializers.Serializer):
+        title = serializers.CharField(max_length=200)
+        description = serializers.CharField(required=False, allow_blank=True, default="")
+        severity = serializers.ChoiceField(choices=IncidentSeverity.choices, default="major")
+        affected = serializers.ListField(child=serializers.CharField(max_length=80), default=list)
+        keywords = serializers.ListField(child=serializers.CharField(max_length=80), default=list)
+        started_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+        public = serializers.BooleanField(default=True)
+
+        class Meta:
+            ref_name = "IncidentDeclareInput"
+
+    @extend_schema(
+        parameters=[OpenApiParameter("current", bool, description="Only incidents not ended")],
+        responses=OutputSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        current = request.query_params.get("current") in {"1", "true", "yes"}
+        incidents = selectors.incident_list(actor=request.user, current_only=current)
+        paginator = PageNumberPagination()
+        page = paginator.paginate_queryset(incidents, request, view=self)
+        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+
+    @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            incident = services.incident_declare(actor=request.user, **data.validated_data)
+        except services.TicketError as exc:
+            raise serializers.ValidationError({"detail": str(exc)}) from exc
+        incident = selectors.incident_list(actor=request.user).get(pk=incident.pk)
+        return Response(self.OutputSerializer(incident).data, status=status.HTTP_201_CREATED)
+
+
+class IncidentDetailAPI(APIView):
+    """One incident (support staff); POST an update, a reply to all linked tickets, or end it."""
+
+    permission_classes = [IsSupportRole]
+
+    class InputSerializer(serializers.Serializer):
+        action = serializers.ChoiceField(choices=["update", "mass_reply", "solve", "end"])
+        body = serializers.CharField(required=False, allow_blank=True, default="")
+        phase = serializers.ChoiceField(choices=IncidentPhase.choices, default="investigating")
+        solve = serializers.BooleanField(default=False)
+
+        class Meta:
+            ref_name = "IncidentActionInput"
+
+    def _incident(self, request: Request, pk: int) -> Incident:
+        try:
+            return selectors.incident_list(actor=request.user).get(pk=pk)
+        except Incident.DoesNotExist:
+            raise Http404 from None
+
+    @extend_schema(responses=IncidentListAPI.OutputSerializer)
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(IncidentListAPI.OutputSerializer(self._incident(request, pk)).data)
+
+    @extend_schema(
+        request=InputSerializer,
+        responses=inline_serializer("IncidentActionOutput", {"done": serializers.IntegerField()}),
+        operation_id="incidents_act",
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        incident = self._incident(request, pk)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        try:
+            if v["action"] == "update":
+                services.incident_update_post(
+                    incident=incident, actor=request.user, body=v["body"], phase=v["phase"]
+                )
+                done = 1
+            elif v["action"] == "mass_reply":
+                broadcast = services.incident_mass_reply(
+                    incident=incident, actor=request.user, body=v["body"], solve=v["solve"]
+                )
+                done = broadcast.messages.count()
+            elif v["action"] == "solve":
+                done = services.incident_tickets_solve(incident=incident, actor=request.user)
+            else:
+                services.incident_end(incident=incident, actor=request.user, body=v["body"])
+                done = 1
+        except services.TicketError as exc:
+            raise serializers.ValidationError({"detail": str(exc)}) from exc
+        return Response({"done": done})

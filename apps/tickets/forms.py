@@ -1,0 +1,131 @@
+"""Input shapes for the ticket and incident screens (no side effects)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from apps.tickets.choices import IncidentPhase, IncidentSeverity, TicketStatus
+from apps.tickets.models import Incident, Queue
+from apps.tickets.selectors import support_staff
+
+
+def split_list(value: str) -> list[str]:
+    return [item.strip() for item in value.replace("\n", ",").split(",") if item.strip()]
+
+
+class ReplyForm(forms.Form):
+    body = forms.CharField(label=_("Reply"), widget=forms.Textarea(attrs={"rows": 6}))
+    status = forms.ChoiceField(
+        label=_("Then set the status to"),
+        choices=TicketStatus.choices,
+        initial=TicketStatus.WAITING,
+    )
+
+
+class NoteForm(forms.Form):
+    body = forms.CharField(label=_("Internal note"), widget=forms.Textarea(attrs={"rows": 3}))
+
+
+class TicketUpdateForm(forms.Form):
+    status = forms.ChoiceField(label=_("Status"), choices=TicketStatus.choices)
+    assignee = forms.ModelChoiceField(label=_("Assignee"), queryset=None, required=False)
+    queue = forms.ModelChoiceField(label=_("Queue"), queryset=Queue.objects.all(), required=False)
+    incident = forms.ModelChoiceField(
+        label=_("Incident"),
+        queryset=Incident.objects.filter(ended_at__isnull=True),
+        required=False,
+    )
+    tags = forms.CharField(label=_("Tags"), required=False, help_text=_("Comma-separated"))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["assignee"].queryset = support_staff()
+        ticket_incident = self.initial.get("incident")
+        if ticket_incident:  # keep an ended incident selectable on its own tickets
+            self.fields["incident"].queryset = Incident.objects.filter(
+                Q(ended_at__isnull=True) | Q(pk=ticket_incident)
+            )
+
+    def clean_tags(self) -> list[str]:
+        return split_list(self.cleaned_data["tags"])
+
+
+class TicketOpenForm(forms.Form):
+    subject = forms.CharField(label=_("Subject"), max_length=300)
+    body = forms.CharField(label=_("What happened?"), widget=forms.Textarea(attrs={"rows": 6}))
+
+
+class MemberPostForm(forms.Form):
+    body = forms.CharField(label=_("Your message"), widget=forms.Textarea(attrs={"rows": 4}))
+
+
+def _default_start() -> Any:
+    # Outages are usually declared a while after they began; tickets since then get linked.
+    return (timezone.localtime() - timedelta(hours=1)).replace(second=0, microsecond=0)
+
+
+class IncidentForm(forms.Form):
+    title = forms.CharField(label=_("Title"), max_length=200)
+    description = forms.CharField(
+        label=_("First public update"), widget=forms.Textarea(attrs={"rows": 3}), required=False
+    )
+    severity = forms.ChoiceField(
+        label=_("Severity"), choices=IncidentSeverity.choices, initial=IncidentSeverity.MAJOR
+    )
+    affected = forms.CharField(
+        label=_("Affected buildings or services"),
+        required=False,
+        help_text=_("Comma-separated, e.g. Building A, Wi-Fi"),
+    )
+    keywords = forms.CharField(
+        label=_("Keywords"),
+        required=False,
+        help_text=_("Comma-separated; tickets mentioning one are linked automatically"),
+    )
+    started_at = forms.DateTimeField(
+        label=_("Started"),
+        initial=_default_start,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+    )
+    public = forms.BooleanField(label=_("Show on the status page"), required=False, initial=True)
+
+    def clean_affected(self) -> list[str]:
+        return split_list(self.cleaned_data["affected"])
+
+    def clean_keywords(self) -> list[str]:
+        return split_list(self.cleaned_data["keywords"])
+
+
+class IncidentUpdateForm(forms.Form):
+    phase = forms.ChoiceField(label=_("Phase"), choices=IncidentPhase.choices)
+    body = forms.CharField(label=_("Update"), widget=forms.Textarea(attrs={"rows": 3}))
+
+
+class MassReplyForm(forms.Form):
+    body = forms.CharField(
+        label=_("Reply to every linked ticket"),
+        widget=forms.Textarea(attrs={"rows": 5}),
+        help_text=_("Placeholders: {first_name}, {name}, {ticket_number}, {subject}"),
+    )
+    solve = forms.BooleanField(label=_("and mark them solved"), required=False)
+
+
+class LinkForm(forms.Form):
+    tickets = forms.CharField(label=_("Ticket numbers"), help_text=_("e.g. 12, 15, #17"))
+
+    def clean_tickets(self) -> list[int]:
+        numbers = []
+        for item in split_list(self.cleaned_data["tickets"].replace(" ", ",")):
+            item = item.lstrip("#")
+            if not item.isdigit():
+                raise forms.ValidationError(
+                    _("Not a ticket number: %(item)s"), params={"item": item}
+                )
+            numbers.append(int(item))
+        return numbers

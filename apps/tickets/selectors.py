@@ -1,0 +1,153 @@
+"""Reads of the tickets app; every ticket query starts from `visible_to(actor)`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, time, timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from apps.accounts.roles import Role
+from apps.tickets.choices import ACTIVE_STATUSES, InboundStatus, MessageKind, TicketStatus
+from apps.tickets.models import Attachment, InboundMail, Incident, Message, Ticket
+
+User = get_user_model()
+
+
+def ticket_search_q(text: str) -> Q:
+    """Every word must appear in the subject, the sender or a message's text."""
+    condition = Q()
+    for term in text.split()[:8]:
+        term_q = (
+            Q(subject__icontains=term)
+            | Q(requester_email__icontains=term)
+            | Q(requester_name__icontains=term)
+            | Q(
+                Exists(
+                    Message.objects.filter(ticket=OuterRef("pk")).filter(
+                        Q(body_text__icontains=term) | Q(from_email__icontains=term)
+                    )
+                )
+            )
+        )
+        if term.lstrip("#").isdigit():
+            term_q |= Q(pk=int(term.lstrip("#")))
+        condition &= term_q
+    return condition
+
+
+def ticket_list(*, actor: Any, filters: Mapping[str, Any] | None = None) -> QuerySet[Ticket]:
+    """Tickets `actor` may see, filtered by status, queue, assignee, incident, tag and text."""
+    filters = filters or {}
+    qs = Ticket.objects.visible_to(actor).select_related("assignee", "queue", "incident")
+    status = filters.get("status") or ""
+    if status == "active":
+        qs = qs.filter(status__in=ACTIVE_STATUSES)
+    elif status in TicketStatus.values:
+        qs = qs.filter(status=status)
+    if queue := filters.get("queue"):
+        qs = qs.filter(queue__slug=queue)
+    assignee = filters.get("assignee") or ""
+    if assignee == "me":
+        qs = qs.filter(assignee=actor)
+    elif assignee == "none":
+        qs = qs.filter(assignee__isnull=True)
+    elif assignee.isdigit():
+        qs = qs.filter(assignee_id=int(assignee))
+    incident = str(filters.get("incident") or "")
+    if incident == "none":
+        qs = qs.filter(incident__isnull=True)
+    elif incident == "any":
+        qs = qs.filter(incident__isnull=False)
+    elif incident.isdigit():
+        qs = qs.filter(incident_id=int(incident))
+    if tag := filters.get("tag"):
+        qs = qs.filter(tags__contains=[str(tag).lower()])
+    if text := (filters.get("q") or filters.get("search") or "").strip():
+        qs = qs.filter(ticket_search_q(text))
+    return qs.order_by("-last_message_at", "-id")
+
+
+def ticket_get(*, actor: Any, pk: int) -> Ticket:
+    """One visible ticket (DoesNotExist otherwise: the view answers 404)."""
+    return (
+        Ticket.objects.visible_to(actor)
+        .select_related("requester", "assignee", "queue", "incident")
+        .get(pk=pk)
+    )
+
+
+def ticket_thread(*, actor: Any, ticket: Ticket) -> QuerySet[Message]:
+    """The thread; internal notes only for support staff."""
+    qs = ticket.messages.select_related("author").prefetch_related("attachments")
+    if not Ticket.objects.visible_to(actor).filter(pk=ticket.pk).exists():
+        return qs.none()
+    from apps.accounts.roles import has_role
+
+    if not has_role(actor, Role.SUPPORT):
+        qs = qs.exclude(kind=MessageKind.NOTE)
+    return qs.order_by("created_at", "id")
+
+
+def attachment_get(*, actor: Any, pk: int) -> Attachment | None:
+    """A stored attachment of a visible ticket; notes' files only for support staff."""
+    from apps.accounts.roles import has_role
+
+    qs = Attachment.objects.filter(
+        pk=pk, stored=True, message__ticket__in=Ticket.objects.visible_to(actor)
+    )
+    if not has_role(actor, Role.SUPPORT):
+        qs = qs.exclude(message__kind=MessageKind.NOTE)
+    return qs.first()
+
+
+def support_staff() -> QuerySet[Any]:
+    """People tickets can be assigned to."""
+    return (
+        User.objects.filter(Q(groups__name__in=[Role.SUPPORT, Role.ADMIN]) | Q(is_superuser=True))
+        .distinct()
+        .order_by("username")
+    )
+
+
+def incident_list(*, actor: Any, current_only: bool = False) -> QuerySet[Incident]:
+    """Incidents with their ticket counts (staff)."""
+    qs = Incident.objects.annotate(
+        ticket_count=Count("tickets"),
+        active_count=Count("tickets", filter=Q(tickets__status__in=ACTIVE_STATUSES)),
+    )
+    if current_only:
+        qs = qs.filter(ended_at__isnull=True)
+    return qs.order_by("-started_at")
+
+
+def quarantine_list(*, actor: Any) -> QuerySet[InboundMail]:
+    """Mail that could not become a ticket message, newest first."""
+    return InboundMail.objects.filter(status=InboundStatus.QUARANTINED).defer("raw")
+
+
+def ticket_stats(*, days: int = 30) -> dict[str, Any]:
+    """Per day for the last `days`: new tickets, open at the end of the day, median first response."""
+    tz = timezone.get_current_timezone()
+    today = timezone.localdate()
+    start_day = today - timedelta(days=days - 1)
+    start = timezone.make_aware(datetime.combine(start_day, time.min), tz)
+    rows = list(
+        Ticket.objects.filter(
+            Q(created_at__gte=start) | Q(solved_at__isnull=True) | Q(solved_at__gte=start)
+        ).values_list("created_at", "solved_at", "first_response_at")
+    )
+    out = []
+    for offset in range(days):
+        day = start_day + timedelta(days=offset)
+        lo = timezone.make_aware(datetime.combine(day, time.min), tz)
+        hi = lo + timedelta(days=1)
+        new = [r for r in rows if lo <= r[0] < hi]
+        open_count = sum(1 for r in rows if r[0] < hi and (r[1] is None or r[1] >= hi))
+        responses = sorted((r[2] - r[0]).total_seconds() / 3600 for r in new if r[2])
+        median = responses[len(responses) // 2] if responses else None
+        out.append({"day": day, "new": len(new), "open": open_count, "frt_hours": median})
+    return {"days": out}

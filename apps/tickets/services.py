@@ -1,0 +1,860 @@
+"""Writes of the tickets app: one transaction per action, an audit row, tasks after commit."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from datetime import timedelta
+from email.utils import formataddr, make_msgid
+from typing import Any
+
+from django.apps import apps as django_apps
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import EmailMessage, get_connection
+from django.db import DatabaseError, models, transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
+
+from apps.tickets.choices import (
+    ACTIVE_STATUSES,
+    InboundStatus,
+    IncidentPhase,
+    MessageKind,
+    TicketChannel,
+    TicketStatus,
+)
+from apps.tickets.mailparse import MailParseError, ParsedMail, parse_mail
+from apps.tickets.models import (
+    Attachment,
+    InboundMail,
+    Incident,
+    IncidentBroadcast,
+    IncidentUpdate,
+    Message,
+    Queue,
+    Ticket,
+    TicketEvent,
+)
+from apps.tickets.status import status_cache_refresh
+
+log = logging.getLogger(__name__)
+User = get_user_model()
+SUBJECT_TAG = re.compile(r"\[#(\d{1,12})\]")
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+UNSET: Any = object()
+
+
+class TicketError(ValueError):
+    """A request the tickets app refuses (shown to the user)."""
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _audit(
+    *, actor: Any, action: str, obj: models.Model, ticket: Ticket | None = None, detail: str = ""
+) -> None:
+    """The ticket's own event and, once that app is installed, the portal-wide audit trail."""
+    if ticket is not None:
+        TicketEvent.objects.create(
+            ticket=ticket,
+            actor=actor if getattr(actor, "is_authenticated", False) else None,
+            action=action,
+            detail=detail[:300],
+        )
+    if django_apps.is_installed("apps.audit"):
+        from apps.audit.services import audit_record
+
+        changes = {"detail": [None, detail]} if detail else None
+        audit_record(actor=actor, action=action, obj=obj, changes=changes)
+
+
+def queue_default() -> Queue:
+    """The queue new tickets land in."""
+    queue, _created = Queue.objects.get_or_create(slug="support", defaults={"name": "Support"})
+    return queue
+
+
+def _user_for_email(address: str) -> Any | None:
+    """The one user with this e-mail address (case-insensitive), or None when none or several."""
+    if not address:
+        return None
+    users = list(User.objects.filter(email__iexact=address, is_active=True)[:2])
+    return users[0] if len(users) == 1 else None
+
+
+def _msgid(ticket: Ticket) -> str:
+    return make_msgid(idstring=f"t{ticket.pk}", domain=settings.PORTAL_MAIL_DOMAIN)
+
+
+def _reply_subject(ticket: Ticket) -> str:
+    subject = re.sub(r"^(\s*(re|aw|fwd?|wg)\s*:\s*)+", "", ticket.subject, flags=re.I).strip()
+    subject = SUBJECT_TAG.sub("", subject).strip()
+    return f"Re: {subject} {ticket.subject_tag}"[:300]
+
+
+def _thread_headers(ticket: Ticket, messages: list[Message] | None = None) -> tuple[str, str]:
+    """(In-Reply-To, References) for a new outbound message of `ticket`."""
+    if messages is None:
+        messages = list(
+            ticket.messages.exclude(kind=MessageKind.NOTE)
+            .exclude(message_id="")
+            .order_by("created_at", "id")
+            .only("message_id", "kind")
+        )
+    ids = [m.message_id for m in messages if m.message_id]
+    if not ids:
+        return "", ""
+    inbound = [m.message_id for m in messages if m.kind == MessageKind.INBOUND and m.message_id]
+    in_reply_to = inbound[-1] if inbound else ids[-1]
+    refs = ids if len(ids) <= 10 else [ids[0], *ids[-9:]]
+    return in_reply_to, " ".join(refs)
+
+
+def placeholders_fill(text: str, *, ticket: Ticket, actor: Any | None = None) -> str:
+    """Fill {first_name}, {last_name}, {name}, {email}, {ticket_number}, {subject}, {agent_name}."""
+    requester = ticket.requester
+    first = (requester.first_name if requester else "") or (
+        ticket.requester_name.split()[0] if ticket.requester_name else ""
+    )
+    values = {
+        "first_name": first,
+        "last_name": requester.last_name if requester else "",
+        "name": ticket.requester_display,
+        "email": ticket.requester_email,
+        "ticket_number": ticket.number,
+        "subject": ticket.subject,
+        "agent_name": (actor.get_full_name() or actor.get_username()) if actor else "",
+    }
+    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+# --- inbound mail -----------------------------------------------------------------------------
+
+
+def mail_receive(
+    *, raw: bytes, envelope_from: str | None, envelope_to: Iterable[str] = (), source: str = "smtp"
+) -> InboundMail:
+    """Store a received mail and turn it into a ticket message (or quarantine it), in one commit.
+
+    The raw mail row and its outcome commit together; the ingest runs in a savepoint, so a
+    failure there still commits the raw mail (quarantined). Only a failure to commit at all
+    reaches the caller, which then refuses the delivery and the sender retries.
+    """
+    with transaction.atomic():
+        inbound = InboundMail.objects.create(
+            raw=raw,
+            size=len(raw),
+            source=source,
+            envelope_from=(envelope_from or "")[:320],
+            envelope_to=", ".join(envelope_to)[:2000],
+        )
+        inbound_process(inbound=inbound)
+    return inbound
+
+
+def inbound_process(*, inbound: InboundMail) -> InboundMail:
+    """Parse and ingest one stored mail; broken mail is quarantined, never lost."""
+    envelope_from = inbound.envelope_from if inbound.source == "smtp" else None
+    try:
+        parsed = parse_mail(bytes(inbound.raw), envelope_from=envelope_from)
+        with transaction.atomic():
+            message, duplicate = mail_ingest(parsed=parsed)
+            inbound.status = InboundStatus.DUPLICATE if duplicate else InboundStatus.PROCESSED
+            inbound.message = message
+            inbound.error = ""
+            inbound.save(update_fields=["status", "message", "error"])
+    except MailParseError as exc:
+        _quarantine(inbound, str(exc))
+    except DatabaseError as exc:
+        if transaction.get_connection().needs_rollback or not _connection_usable():
+            raise  # the outer transaction is lost: let the sender retry
+        log.exception("mail %s: database error while ingesting", inbound.pk)
+        _quarantine(inbound, f"{type(exc).__name__}: {exc}")
+    except Exception as exc:
+        log.exception("mail %s: unexpected error, quarantined", inbound.pk)
+        _quarantine(inbound, f"{type(exc).__name__}: {exc}")
+    return inbound
+
+
+def _connection_usable() -> bool:
+    connection = transaction.get_connection()
+    return connection.connection is not None and connection.is_usable()
+
+
+def _quarantine(inbound: InboundMail, reason: str) -> None:
+    inbound.status = InboundStatus.QUARANTINED
+    inbound.error = reason[:2000]
+    inbound.save(update_fields=["status", "error"])
+    log.warning("mail %s quarantined: %s", inbound.pk, reason)
+    _audit(actor=None, action="mail.quarantine", obj=inbound, detail=reason[:200])
+
+
+def _ticket_for_reply(parsed: ParsedMail) -> Ticket | None:
+    """The ticket this mail answers: by Message-ID headers, else by [#n] from the requester."""
+    ids = parsed.thread_ids
+    if ids:
+        found = (
+            Message.objects.filter(message_id__in=ids)
+            .select_related("ticket")
+            .order_by("-created_at")
+            .first()
+        )
+        if found is not None:
+            return found.ticket
+    match = SUBJECT_TAG.search(parsed.subject)
+    if match:
+        ticket = Ticket.objects.filter(pk=int(match.group(1))).select_related("requester").first()
+        # The number alone is guessable: only the requester may thread by it.
+        if ticket is not None and parsed.from_email in {
+            ticket.requester_email.lower(),
+            (ticket.requester.email.lower() if ticket.requester else ""),
+        }:
+            return ticket
+    return None
+
+
+def mail_ingest(*, parsed: ParsedMail) -> tuple[Message, bool]:
+    """Add a parsed mail to its ticket or open a new one; returns (message, was_duplicate)."""
+    if parsed.message_id:
+        existing = Message.objects.filter(
+            message_id=parsed.message_id, kind=MessageKind.INBOUND
+        ).first()
+        if existing is not None:
+            return existing, True
+    ticket = _ticket_for_reply(parsed)
+    if ticket is not None and ticket.status == TicketStatus.CLOSED:
+        ticket = None  # closed is final: a new ticket, which mentions the old one
+    created = ticket is None
+    if created:
+        requester = _user_for_email(parsed.from_email)
+        ticket = Ticket.objects.create(
+            requester=requester,
+            requester_email=parsed.from_email,
+            requester_name=parsed.from_name,
+            subject=SUBJECT_TAG.sub("", parsed.subject).strip()[:300] or _("(no subject)"),
+            channel=TicketChannel.MAIL,
+            queue=queue_default(),
+            tags=["automatic"] if parsed.is_automatic else [],
+        )
+    message = Message.objects.create(
+        ticket=ticket,
+        kind=MessageKind.INBOUND,
+        from_email=parsed.from_email,
+        from_name=parsed.from_name,
+        to_email=parsed.to,
+        subject=parsed.subject,
+        body_text=parsed.body_text,
+        body_html=parsed.body_html,
+        message_id=parsed.message_id,
+        in_reply_to=parsed.in_reply_to,
+        references=" ".join(parsed.references),
+        is_automatic=parsed.is_automatic,
+        automatic_reason=parsed.automatic_reason,
+    )
+    _attachments_store(message, parsed)
+    if created:
+        _audit(actor=None, action="ticket.create", obj=ticket, ticket=ticket, detail="mail")
+        _incident_autolink(ticket, f"{parsed.subject}\n{parsed.body_text}")
+        if not parsed.is_automatic:
+            _acknowledge(ticket)
+    else:
+        fields = ["last_message_at", "updated_at"]
+        ticket.last_message_at = timezone.now()
+        if ticket.status in (TicketStatus.WAITING, TicketStatus.SOLVED) and not parsed.is_automatic:
+            ticket.status = TicketStatus.OPEN
+            ticket.solved_at = None
+            fields += ["status", "solved_at"]
+        ticket.save(update_fields=fields)
+        _audit(
+            actor=None,
+            action="ticket.mail_reply",
+            obj=ticket,
+            ticket=ticket,
+            detail=parsed.automatic_reason,
+        )
+    return message, False
+
+
+def _attachments_store(message: Message, parsed: ParsedMail) -> None:
+    limit = settings.PORTAL_TICKET_ATTACHMENT_MAX_BYTES
+    Attachment.objects.bulk_create(
+        Attachment(
+            message=message,
+            filename=a.filename,
+            content_type=a.content_type,
+            size=len(a.data),
+            data=a.data if len(a.data) <= limit else b"",
+            stored=len(a.data) <= limit,
+        )
+        for a in parsed.attachments
+    )
+
+
+def _acknowledge(ticket: Ticket) -> Message | None:
+    """Confirm a new mail ticket with its number; rate-limited per address as a loop breaker."""
+    if not settings.PORTAL_TICKET_ACKNOWLEDGE or not ticket.requester_email:
+        return None
+    since = timezone.now() - timedelta(hours=1)
+    recent = Message.objects.filter(
+        kind=MessageKind.OUTBOUND,
+        is_automatic=True,
+        to_email__iexact=ticket.requester_email,
+        created_at__gte=since,
+    ).count()
+    if recent >= settings.PORTAL_TICKET_ACK_PER_HOUR:
+        return None
+    texts = []
+    for language in ("en", "de"):
+        with translation.override(language):
+            texts.append(
+                _(
+                    "We have received your request and filed it as ticket %(number)s. "
+                    "Keep %(tag)s in the subject when you write about it again."
+                )
+                % {"number": ticket.number, "tag": ticket.subject_tag}
+            )
+    in_reply_to, references = _thread_headers(ticket)
+    message = Message.objects.create(
+        ticket=ticket,
+        kind=MessageKind.OUTBOUND,
+        to_email=ticket.requester_email,
+        subject=_reply_subject(ticket),
+        body_text="\n\n".join(texts),
+        message_id=_msgid(ticket),
+        in_reply_to=in_reply_to,
+        references=references,
+        is_automatic=True,
+        automatic_reason="acknowledgement",
+    )
+    _send_after_commit(message)
+    return message
+
+
+def _incident_autolink(ticket: Ticket, text: str) -> Incident | None:
+    """Link a new ticket to the newest current incident whose keywords it mentions."""
+    for incident in Incident.objects.current().order_by("-started_at"):
+        if incident.matches(text):
+            ticket.incident = incident
+            ticket.save(update_fields=["incident", "updated_at"])
+            _audit(
+                actor=None,
+                action="ticket.incident_link",
+                obj=ticket,
+                ticket=ticket,
+                detail=f"auto: {incident.title}",
+            )
+            return incident
+    return None
+
+
+@transaction.atomic
+def inbound_dismiss(*, inbound: InboundMail, actor: Any) -> InboundMail:
+    """Staff looked at a quarantined mail and decided it needs no ticket."""
+    inbound.status = InboundStatus.DISMISSED
+    inbound.handled_by = actor
+    inbound.save(update_fields=["status", "handled_by"])
+    _audit(actor=actor, action="mail.dismiss", obj=inbound)
+    return inbound
+
+
+# --- tickets from people ---------------------------------------------------------------------
+
+
+@transaction.atomic
+def ticket_open(*, actor: Any, subject: str, body: str) -> Ticket:
+    """A member opens a ticket from the portal."""
+    subject, body = subject.strip(), body.strip()
+    if not subject or not body:
+        raise TicketError(_("Subject and message are required."))
+    ticket = Ticket.objects.create(
+        requester=actor,
+        requester_email=actor.email,
+        requester_name=actor.get_full_name(),
+        subject=subject[:300],
+        channel=TicketChannel.PORTAL,
+        queue=queue_default(),
+    )
+    Message.objects.create(
+        ticket=ticket,
+        kind=MessageKind.INBOUND,
+        author=actor,
+        from_email=actor.email,
+        from_name=actor.get_full_name(),
+        subject=subject[:300],
+        body_text=body,
+    )
+    _audit(actor=actor, action="ticket.create", obj=ticket, ticket=ticket, detail="portal")
+    _incident_autolink(ticket, f"{subject}\n{body}")
+    return ticket
+
+
+@transaction.atomic
+def ticket_member_post(*, ticket: Ticket, actor: Any, body: str) -> Message:
+    """The requester adds to their ticket from the portal (reopens it when solved)."""
+    body = body.strip()
+    if not body:
+        raise TicketError(_("The message is empty."))
+    if ticket.status == TicketStatus.CLOSED:
+        raise TicketError(_("This ticket is closed; please open a new one."))
+    message = Message.objects.create(
+        ticket=ticket,
+        kind=MessageKind.INBOUND,
+        author=actor,
+        from_email=actor.email,
+        from_name=actor.get_full_name(),
+        body_text=body,
+    )
+    ticket.last_message_at = timezone.now()
+    fields = ["last_message_at", "updated_at"]
+    if ticket.status in (TicketStatus.WAITING, TicketStatus.SOLVED):
+        ticket.status, ticket.solved_at = TicketStatus.OPEN, None
+        fields += ["status", "solved_at"]
+    ticket.save(update_fields=fields)
+    _audit(actor=actor, action="ticket.member_post", obj=ticket, ticket=ticket)
+    return message
+
+
+@transaction.atomic
+def ticket_reply(
+    *, ticket: Ticket, actor: Any, body: str, status: str = TicketStatus.WAITING
+) -> Message:
+    """Staff answer the requester: a message in the thread and a mail with threading headers."""
+    body = body.strip()
+    if not body:
+        raise TicketError(_("The reply is empty."))
+    ticket = Ticket.objects.select_for_update().get(pk=ticket.pk)
+    in_reply_to, references = _thread_headers(ticket)
+    now = timezone.now()
+    message = Message.objects.create(
+        ticket=ticket,
+        kind=MessageKind.OUTBOUND,
+        author=actor,
+        from_name=actor.get_full_name(),
+        to_email=ticket.requester_email,
+        subject=_reply_subject(ticket),
+        body_text=placeholders_fill(body, ticket=ticket, actor=actor),
+        message_id=_msgid(ticket),
+        in_reply_to=in_reply_to,
+        references=references,
+        created_at=now,
+    )
+    _status_set(ticket, status, now)
+    ticket.first_response_at = ticket.first_response_at or now
+    ticket.last_message_at = now
+    if ticket.assignee_id is None:
+        ticket.assignee = actor
+    ticket.save(
+        update_fields=[
+            "status",
+            "solved_at",
+            "first_response_at",
+            "last_message_at",
+            "assignee",
+            "updated_at",
+        ]
+    )
+    _audit(actor=actor, action="ticket.reply", obj=ticket, ticket=ticket)
+    if ticket.requester_email:
+        _send_after_commit(message)
+    return message
+
+
+@transaction.atomic
+def ticket_note(*, ticket: Ticket, actor: Any, body: str) -> Message:
+    """An internal note: staff only, never mailed."""
+    body = body.strip()
+    if not body:
+        raise TicketError(_("The note is empty."))
+    message = Message.objects.create(
+        ticket=ticket,
+        kind=MessageKind.NOTE,
+        author=actor,
+        from_name=actor.get_full_name(),
+        body_text=body,
+    )
+    _audit(actor=actor, action="ticket.note", obj=ticket, ticket=ticket)
+    return message
+
+
+def _status_set(ticket: Ticket, status: str, now: Any) -> None:
+    if status not in TicketStatus.values:
+        raise TicketError(_("Unknown status."))
+    ticket.status = status
+    if status in (TicketStatus.SOLVED, TicketStatus.CLOSED):
+        ticket.solved_at = ticket.solved_at or now
+    else:
+        ticket.solved_at = None
+
+
+@transaction.atomic
+def ticket_update(
+    *,
+    ticket: Ticket,
+    actor: Any,
+    status: str = UNSET,
+    assignee: Any = UNSET,
+    queue: Queue | None = UNSET,
+    tags: list[str] = UNSET,
+    incident: Incident | None = UNSET,
+) -> Ticket:
+    """Change status, assignee, queue, tags or incident; each change is one event."""
+    ticket = Ticket.objects.select_for_update().get(pk=ticket.pk)
+    now = timezone.now()
+    changes: list[str] = []
+    if status is not UNSET and status != ticket.status:
+        _status_set(ticket, status, now)
+        changes.append(f"status={status}")
+    if assignee is not UNSET and assignee != ticket.assignee:
+        ticket.assignee = assignee
+        changes.append(f"assignee={assignee.get_username() if assignee else '-'}")
+    if queue is not UNSET and queue != ticket.queue:
+        ticket.queue = queue
+        changes.append(f"queue={queue.slug if queue else '-'}")
+    if tags is not UNSET:
+        clean = sorted({t.strip().lower()[:40] for t in tags if t.strip()})
+        if clean != sorted(ticket.tags):
+            ticket.tags = clean
+            changes.append(f"tags={','.join(clean)}")
+    if incident is not UNSET and incident != ticket.incident:
+        ticket.incident = incident
+        changes.append(f"incident={incident.pk if incident else '-'}")
+    if changes:
+        ticket.save()
+        _audit(
+            actor=actor,
+            action="ticket.update",
+            obj=ticket,
+            ticket=ticket,
+            detail="; ".join(changes),
+        )
+    return ticket
+
+
+BULK_ACTIONS = ("assign_me", "unassign", "open", "waiting", "solved", "closed", "incident", "tag")
+
+
+@transaction.atomic
+def tickets_bulk_update(
+    *, tickets: Iterable[Ticket], actor: Any, action: str, value: Any = None
+) -> int:
+    """Apply one inbox action to several tickets; returns how many changed."""
+    if action not in BULK_ACTIONS:
+        raise TicketError(_("Unknown action."))
+    count = 0
+    for ticket in tickets:
+        kwargs: dict[str, Any] = {}
+        if action == "assign_me":
+            kwargs["assignee"] = actor
+        elif action == "unassign":
+            kwargs["assignee"] = None
+        elif action == "incident":
+            kwargs["incident"] = value
+        elif action == "tag":
+            kwargs["tags"] = [*ticket.tags, str(value or "")]
+        else:
+            kwargs["status"] = action
+        ticket_update(ticket=ticket, actor=actor, **kwargs)
+        count += 1
+    return count
+
+
+# --- outbound mail ----------------------------------------------------------------------------
+
+
+def _send_after_commit(message: Message) -> None:
+    from workers.mail import ticket_message_send as ticket_message_send_task
+
+    message_id = message.pk
+    transaction.on_commit(lambda: ticket_message_send_task.delay(message_id))
+
+
+def message_email(message: Message, connection: Any = None) -> EmailMessage:
+    """The mail for one outbound message, with Message-ID, In-Reply-To and References."""
+    headers = {"Message-ID": message.message_id}
+    if message.in_reply_to:
+        headers["In-Reply-To"] = message.in_reply_to
+    if message.references:
+        headers["References"] = message.references
+    if message.is_automatic:
+        headers["Auto-Submitted"] = "auto-replied"
+        headers["X-Auto-Response-Suppress"] = "All"
+    address = settings.PORTAL_TICKET_ADDRESS
+    return EmailMessage(
+        subject=message.subject,
+        body=message.body_text,
+        from_email=formataddr((settings.PORTAL_TICKET_FROM_NAME, address)),
+        to=[message.to_email],
+        reply_to=[address],
+        headers=headers,
+        connection=connection,
+    )
+
+
+def message_send(*, message_id: int) -> bool:
+    """Send one outbound message unless it was sent already; True when this call sent it."""
+    with transaction.atomic():
+        message = (
+            Message.objects.select_for_update(skip_locked=True)
+            .filter(pk=message_id, kind=MessageKind.OUTBOUND, sent_at__isnull=True)
+            .first()
+        )
+        if message is None:
+            return False  # sent already, or another worker holds it right now
+        try:
+            message_email(message).send(fail_silently=False)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"[:2000]
+        else:
+            message.sent_at = timezone.now()
+            message.send_attempts += 1
+            message.send_error = ""
+            message.save(update_fields=["sent_at", "send_attempts", "send_error"])
+            return True
+    Message.objects.filter(pk=message_id).update(
+        send_attempts=models.F("send_attempts") + 1, send_error=error
+    )
+    raise OSError(error)
+
+
+def broadcast_send(*, broadcast_id: int, batch: int = 100) -> int:
+    """Send the unsent messages of a mass reply in batches over one SMTP connection.
+
+    Rows are locked while their batch is sent and marked sent in the same transaction, so a
+    retried or duplicated task never mails a ticket twice.
+    """
+    sent = 0
+    with get_connection() as connection:
+        while True:
+            error = None
+            with transaction.atomic():
+                rows = list(
+                    Message.objects.select_for_update(skip_locked=True)
+                    .filter(broadcast_id=broadcast_id, sent_at__isnull=True)
+                    .order_by("id")[:batch]
+                )
+                if not rows:
+                    return sent
+                done: list[int] = []
+                for message in rows:
+                    try:
+                        connection.send_messages([message_email(message, connection)])
+                    except Exception as exc:
+                        error = f"{type(exc).__name__}: {exc}"[:2000]
+                        break
+                    done.append(message.pk)
+                Message.objects.filter(pk__in=done).update(
+                    sent_at=timezone.now(), send_attempts=models.F("send_attempts") + 1
+                )
+                sent += len(done)
+            if error is not None:
+                raise OSError(error)
+
+
+# --- incidents --------------------------------------------------------------------------------
+
+
+def _matching_q(keywords: list[str]) -> Q:
+    condition = Q(pk__in=[])
+    for keyword in (k.strip() for k in keywords):
+        if keyword:
+            body = Message.objects.filter(
+                ticket=OuterRef("pk"), kind=MessageKind.INBOUND, body_text__icontains=keyword
+            )
+            condition |= Q(subject__icontains=keyword) | Q(Exists(body))
+    return condition
+
+
+def _clean_list(values: Iterable[str]) -> list[str]:
+    return sorted({v.strip()[:80] for v in values if v and v.strip()})
+
+
+@transaction.atomic
+def incident_declare(
+    *,
+    actor: Any,
+    title: str,
+    description: str = "",
+    severity: str = "major",
+    affected: Iterable[str] = (),
+    keywords: Iterable[str] = (),
+    started_at: Any = None,
+    public: bool = True,
+) -> Incident:
+    """Declare an incident and link the active tickets since its start that mention it."""
+    if not title.strip():
+        raise TicketError(_("An incident needs a title."))
+    incident = Incident.objects.create(
+        title=title.strip()[:200],
+        description=description.strip(),
+        severity=severity,
+        affected=_clean_list(affected),
+        keywords=_clean_list(keywords),
+        started_at=started_at or timezone.now(),
+        public=public,
+        created_by=actor,
+    )
+    if description.strip():
+        IncidentUpdate.objects.create(incident=incident, body=description.strip(), author=actor)
+    _audit(actor=actor, action="incident.declare", obj=incident)
+    if incident.keywords:
+        candidates = Ticket.objects.filter(
+            incident__isnull=True, status__in=ACTIVE_STATUSES, created_at__gte=incident.started_at
+        ).filter(_matching_q(incident.keywords))
+        incident_tickets_link(incident=incident, tickets=candidates, actor=actor, auto=True)
+    transaction.on_commit(status_cache_refresh)
+    return incident
+
+
+@transaction.atomic
+def incident_update_post(
+    *, incident: Incident, actor: Any, body: str, phase: str = IncidentPhase.INVESTIGATING
+) -> IncidentUpdate:
+    """A public update on an incident."""
+    if not body.strip():
+        raise TicketError(_("The update is empty."))
+    update = IncidentUpdate.objects.create(
+        incident=incident, body=body.strip(), phase=phase, author=actor
+    )
+    _audit(actor=actor, action="incident.update", obj=incident, detail=phase)
+    transaction.on_commit(status_cache_refresh)
+    return update
+
+
+@transaction.atomic
+def incident_end(*, incident: Incident, actor: Any, body: str = "") -> Incident:
+    """End an incident (with a closing update)."""
+    incident = Incident.objects.select_for_update().get(pk=incident.pk)
+    if incident.ended_at is not None:
+        return incident
+    incident.ended_at = timezone.now()
+    incident.save(update_fields=["ended_at"])
+    IncidentUpdate.objects.create(
+        incident=incident,
+        phase=IncidentPhase.RESOLVED,
+        body=body.strip() or _("The problem is solved."),
+        author=actor,
+    )
+    _audit(actor=actor, action="incident.end", obj=incident)
+    transaction.on_commit(status_cache_refresh)
+    return incident
+
+
+@transaction.atomic
+def incident_tickets_link(
+    *, incident: Incident | None, tickets: Iterable[Ticket], actor: Any, auto: bool = False
+) -> int:
+    """Link tickets to an incident by hand (or unlink with incident=None)."""
+    count = 0
+    for ticket in tickets:
+        if ticket.incident_id == (incident.pk if incident else None):
+            continue
+        ticket.incident = incident
+        ticket.save(update_fields=["incident", "updated_at"])
+        label = incident.title if incident else "-"
+        _audit(
+            actor=actor,
+            action="ticket.incident_link",
+            obj=ticket,
+            ticket=ticket,
+            detail=("auto: " if auto else "") + label,
+        )
+        count += 1
+    return count
+
+
+@transaction.atomic
+def incident_mass_reply(
+    *, incident: Incident, actor: Any, body: str, solve: bool = False
+) -> IncidentBroadcast:
+    """Answer every active linked ticket at once: one message per ticket, in its own thread.
+
+    The messages are written here, once (unique per ticket and broadcast); the task only
+    mails the unsent ones, so retries cannot answer a ticket twice.
+    """
+    body = body.strip()
+    if not body:
+        raise TicketError(_("The reply is empty."))
+    broadcast = IncidentBroadcast.objects.create(
+        incident=incident, body=body, solve=solve, created_by=actor
+    )
+    tickets = list(
+        Ticket.objects.select_for_update(of=("self",))
+        .filter(incident=incident, status__in=ACTIVE_STATUSES)
+        .select_related("requester")
+    )
+    thread: dict[int, list[Message]] = {t.pk: [] for t in tickets}
+    for m in (
+        Message.objects.filter(ticket__in=tickets)
+        .exclude(kind=MessageKind.NOTE)
+        .exclude(message_id="")
+        .order_by("created_at", "id")
+        .only("ticket_id", "message_id", "kind")
+    ):
+        thread[m.ticket_id].append(m)
+    now = timezone.now()
+    messages = []
+    for ticket in tickets:
+        in_reply_to, references = _thread_headers(ticket, thread[ticket.pk])
+        messages.append(
+            Message(
+                ticket=ticket,
+                kind=MessageKind.OUTBOUND,
+                author=actor,
+                from_name=actor.get_full_name(),
+                to_email=ticket.requester_email,
+                subject=_reply_subject(ticket),
+                body_text=placeholders_fill(body, ticket=ticket, actor=actor),
+                message_id=_msgid(ticket),
+                in_reply_to=in_reply_to,
+                references=references,
+                broadcast=broadcast,
+                created_at=now,
+            )
+        )
+        ticket.status = TicketStatus.SOLVED if solve else TicketStatus.WAITING
+        ticket.solved_at = now if solve else None
+        ticket.first_response_at = ticket.first_response_at or now
+        ticket.last_message_at = now
+        ticket.updated_at = now
+    Message.objects.bulk_create(messages)
+    Ticket.objects.bulk_update(
+        tickets, ["status", "solved_at", "first_response_at", "last_message_at", "updated_at"]
+    )
+    TicketEvent.objects.bulk_create(
+        TicketEvent(ticket=t, actor=actor, action="ticket.mass_reply", detail=incident.title[:300])
+        for t in tickets
+    )
+    _audit(
+        actor=actor, action="incident.mass_reply", obj=incident, detail=f"{len(tickets)} tickets"
+    )
+    from workers.mail import incident_broadcast_send as incident_broadcast_send_task
+
+    broadcast_id = broadcast.pk
+    transaction.on_commit(lambda: incident_broadcast_send_task.delay(broadcast_id))
+    return broadcast
+
+
+@transaction.atomic
+def incident_tickets_solve(*, incident: Incident, actor: Any) -> int:
+    """Mark every active ticket of the incident solved (no mail; see incident_mass_reply)."""
+    tickets = list(
+        Ticket.objects.select_for_update().filter(incident=incident, status__in=ACTIVE_STATUSES)
+    )
+    now = timezone.now()
+    for ticket in tickets:
+        ticket.status, ticket.solved_at, ticket.updated_at = TicketStatus.SOLVED, now, now
+    Ticket.objects.bulk_update(tickets, ["status", "solved_at", "updated_at"])
+    TicketEvent.objects.bulk_create(
+        TicketEvent(
+            ticket=t, actor=actor, action="ticket.update", detail="status=solved (incident)"
+        )
+        for t in tickets
+    )
+    _audit(
+        actor=actor, action="incident.solve_tickets", obj=incident, detail=f"{len(tickets)} tickets"
+    )
+    return len(tickets)

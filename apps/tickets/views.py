@@ -1,0 +1,509 @@
+"""Ticket, incident and status pages: parse, authorise, call a selector or service, render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import translation
+from django.utils.http import content_disposition_header
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+from django.views import View
+
+from apps.accounts.roles import Role, RoleRequiredMixin
+from apps.tickets import selectors, services
+from apps.tickets.charts import stats_charts
+from apps.tickets.choices import InboundStatus, TicketStatus
+from apps.tickets.forms import (
+    IncidentForm,
+    IncidentUpdateForm,
+    LinkForm,
+    MassReplyForm,
+    MemberPostForm,
+    NoteForm,
+    ReplyForm,
+    TicketOpenForm,
+    TicketUpdateForm,
+)
+from apps.tickets.models import CannedResponse, InboundMail, Incident, Queue, Ticket
+from apps.tickets.status import FRESH_SECONDS, HTML_KEY, status_data
+
+
+def _partial(request: HttpRequest, template: str, partial: str) -> str:
+    if getattr(request, "htmx", False) and not request.htmx.boosted:
+        return f"{template}#{partial}"
+    return template
+
+
+class SupportRequiredMixin(RoleRequiredMixin):
+    """Support staff and admins. Volunteers work the desk, not the mailbox (data minimisation)."""
+
+    required_roles = (Role.SUPPORT,)
+
+
+# --- staff: inbox -----------------------------------------------------------------------------
+
+
+class InboxView(SupportRequiredMixin, View):
+    """All tickets, filtered; bulk actions; keyboard shortcuts (documented on the page)."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        filters = request.GET.copy()
+        if "status" not in filters:
+            filters["status"] = "active"
+        tickets = selectors.ticket_list(actor=request.user, filters=filters)
+        page = Paginator(tickets, 50).get_page(request.GET.get("page"))
+        query = filters.copy()
+        query.pop("page", None)
+        context = {
+            "page": page,
+            "filters": filters,
+            "query": query.urlencode(),
+            "statuses": TicketStatus.choices,
+            "queues": Queue.objects.all(),
+            "staff": selectors.support_staff(),
+            "incidents": Incident.objects.filter(ended_at__isnull=True),
+            "quarantined": InboundMail.objects.filter(status=InboundStatus.QUARANTINED).count(),
+        }
+        return render(
+            request, _partial(request, "tickets/ticket_list.html", "ticket-table"), context
+        )
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        ids = [int(i) for i in request.POST.getlist("ticket") if i.isdigit()]
+        action = request.POST.get("action", "")
+        value: Any = request.POST.get("value", "")
+        if action == "incident":
+            value = Incident.objects.filter(pk=value).first() if str(value).isdigit() else None
+        tickets = selectors.ticket_list(actor=request.user, filters={}).filter(pk__in=ids)
+        try:
+            count = services.tickets_bulk_update(
+                tickets=list(tickets), actor=request.user, action=action, value=value
+            )
+        except services.TicketError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(
+                request,
+                ngettext("%(count)d ticket changed.", "%(count)d tickets changed.", count)
+                % {"count": count},
+            )
+        return redirect(request.POST.get("next") or reverse("tickets:inbox"))
+
+
+# --- staff: one ticket ------------------------------------------------------------------------
+
+
+class TicketDetailView(SupportRequiredMixin, View):
+    """The thread, reply and note forms, ticket fields and the member's context."""
+
+    def _ticket(self, request: HttpRequest, pk: int) -> Ticket:
+        try:
+            return selectors.ticket_get(actor=request.user, pk=pk)
+        except Ticket.DoesNotExist:
+            raise Http404 from None
+
+    def _context(self, request: HttpRequest, ticket: Ticket, **forms: Any) -> dict[str, Any]:
+        update_initial = {
+            "status": ticket.status,
+            "assignee": ticket.assignee_id,
+            "queue": ticket.queue_id,
+            "incident": ticket.incident_id,
+            "tags": ", ".join(ticket.tags),
+        }
+        requester_tickets = []
+        if ticket.requester_id or ticket.requester_email:
+            other = Ticket.objects.exclude(pk=ticket.pk)
+            other = (
+                other.filter(requester=ticket.requester)
+                if ticket.requester_id
+                else other.filter(requester_email__iexact=ticket.requester_email)
+            )
+            requester_tickets = list(other.order_by("-created_at")[:5])
+        return {
+            "ticket": ticket,
+            "thread": selectors.ticket_thread(actor=request.user, ticket=ticket),
+            "events": ticket.events.select_related("actor")[:50],
+            "reply_form": forms.get("reply_form") or ReplyForm(),
+            "note_form": forms.get("note_form") or NoteForm(),
+            "update_form": forms.get("update_form") or TicketUpdateForm(initial=update_initial),
+            "canned": CannedResponse.objects.all(),
+            "requester_tickets": requester_tickets,
+            "open_incidents": Incident.objects.current(),
+        }
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        ticket = self._ticket(request, pk)
+        return render(request, "tickets/ticket_detail.html", self._context(request, ticket))
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        ticket = self._ticket(request, pk)
+        action = request.POST.get("action")
+        forms: dict[str, Any] = {}
+        try:
+            if action == "reply":
+                form = forms["reply_form"] = ReplyForm(request.POST)
+                if form.is_valid():
+                    services.ticket_reply(
+                        ticket=ticket,
+                        actor=request.user,
+                        body=form.cleaned_data["body"],
+                        status=form.cleaned_data["status"],
+                    )
+                    messages.success(request, _("Reply sent."))
+                    return redirect("tickets:ticket_detail", pk=pk)
+            elif action == "note":
+                form = forms["note_form"] = NoteForm(request.POST)
+                if form.is_valid():
+                    services.ticket_note(
+                        ticket=ticket, actor=request.user, body=form.cleaned_data["body"]
+                    )
+                    messages.success(request, _("Note added."))
+                    return redirect("tickets:ticket_detail", pk=pk)
+            elif action == "update":
+                form = forms["update_form"] = TicketUpdateForm(request.POST)
+                if form.is_valid():
+                    services.ticket_update(ticket=ticket, actor=request.user, **form.cleaned_data)
+                    messages.success(request, _("Ticket updated."))
+                    return redirect("tickets:ticket_detail", pk=pk)
+            else:
+                raise Http404
+        except services.TicketError as exc:
+            messages.error(request, str(exc))
+        response = render(
+            request, "tickets/ticket_detail.html", self._context(request, ticket, **forms)
+        )
+        response.status_code = 400
+        return response
+
+
+class CannedFillView(SupportRequiredMixin, View):
+    """htmx: the reply textarea filled with a canned response for this ticket."""
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        try:
+            ticket = selectors.ticket_get(actor=request.user, pk=pk)
+        except Ticket.DoesNotExist:
+            raise Http404 from None
+        canned = CannedResponse.objects.filter(pk=request.GET.get("canned") or 0).first()
+        text = (
+            services.placeholders_fill(canned.body, ticket=ticket, actor=request.user)
+            if (canned)
+            else request.GET.get("body", "")
+        )
+        form = ReplyForm(initial={"body": text})
+        return render(
+            request, "tickets/ticket_detail.html#reply-body", {"reply_form": form, "ticket": ticket}
+        )
+
+
+class AttachmentView(LoginRequiredMixin, View):
+    """Download an attachment of a ticket the user may see (never internal to another member).
+
+    Always served as a download with a neutral type, so a mailed HTML or SVG file cannot run
+    in the portal's origin.
+    """
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        attachment = selectors.attachment_get(actor=request.user, pk=pk)
+        if attachment is None:
+            raise Http404
+        response = HttpResponse(bytes(attachment.data), content_type="application/octet-stream")
+        response["Content-Disposition"] = content_disposition_header(True, attachment.filename)
+        return response
+
+
+class QuarantineView(SupportRequiredMixin, View):
+    """Mail that could not become a ticket message, with its raw text; retry or dismiss."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        mails = Paginator(selectors.quarantine_list(actor=request.user), 50).get_page(
+            request.GET.get("page")
+        )
+        shown = None
+        if (pk := request.GET.get("show", "")).isdigit():
+            shown = InboundMail.objects.filter(pk=pk).first()
+        raw_text = bytes(shown.raw)[:100_000].decode("utf-8", "replace") if shown else ""
+        return render(
+            request,
+            "tickets/quarantine_list.html",
+            {"page": mails, "shown": shown, "raw_text": raw_text},
+        )
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        inbound = get_object_or_404(
+            InboundMail, pk=request.POST.get("mail") or 0, status=InboundStatus.QUARANTINED
+        )
+        if request.POST.get("action") == "retry":
+            services.inbound_process(inbound=inbound)
+            if inbound.status == InboundStatus.QUARANTINED:
+                messages.error(
+                    request, _("Still not readable: %(error)s") % {"error": inbound.error}
+                )
+            else:
+                messages.success(request, _("The mail was filed."))
+        else:
+            services.inbound_dismiss(inbound=inbound, actor=request.user)
+            messages.success(request, _("The mail was dismissed."))
+        return redirect("tickets:quarantine")
+
+
+class StatsView(SupportRequiredMixin, View):
+    """New and open tickets per day and the median first-response time, as SVG charts."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        days = (
+            min(max(int(request.GET.get("days", "30") or 30), 7), 90)
+            if request.GET.get("days", "30").isdigit()
+            else 30
+        )
+        stats = selectors.ticket_stats(days=days)
+        return render(
+            request,
+            "tickets/stats.html",
+            {"stats": stats, "charts": stats_charts(stats), "days": days},
+        )
+
+
+# --- staff: incidents -------------------------------------------------------------------------
+
+
+class IncidentListView(SupportRequiredMixin, View):
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return render(
+            request,
+            "tickets/incident_list.html",
+            {
+                "incidents": selectors.incident_list(actor=request.user)[:100],
+                "form": IncidentForm(),
+            },
+        )
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = IncidentForm(request.POST)
+        if form.is_valid():
+            try:
+                incident = services.incident_declare(actor=request.user, **form.cleaned_data)
+            except services.TicketError as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, _("Incident declared."))
+                return redirect("tickets:incident_detail", pk=incident.pk)
+        response = render(
+            request,
+            "tickets/incident_list.html",
+            {"incidents": selectors.incident_list(actor=request.user)[:100], "form": form},
+        )
+        response.status_code = 400
+        return response
+
+
+class IncidentDetailView(SupportRequiredMixin, View):
+    """Updates, linked tickets, link by hand, one reply to all, solve all, end."""
+
+    def _context(self, incident: Incident, **forms: Any) -> dict[str, Any]:
+        tickets = incident.tickets.select_related("assignee").order_by("-created_at")
+        return {
+            "incident": incident,
+            "tickets": tickets,
+            "counts": dict(tickets.values_list("status").annotate(n=Count("id")).order_by()),
+            "active_count": tickets.filter(status__in=["new", "open", "waiting"]).count(),
+            "updates": incident.updates.select_related("author"),
+            "broadcasts": incident.broadcasts.annotate(
+                total=Count("messages"),
+                sent=Count("messages", filter=Q(messages__sent_at__isnull=False)),
+            ),
+            "update_form": forms.get("update_form") or IncidentUpdateForm(),
+            "reply_form": forms.get("reply_form") or MassReplyForm(),
+            "link_form": forms.get("link_form") or LinkForm(),
+        }
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        incident = get_object_or_404(Incident, pk=pk)
+        template = _partial(request, "tickets/incident_detail.html", "incident-tickets")
+        return render(request, template, self._context(incident))
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        incident = get_object_or_404(Incident, pk=pk)
+        action = request.POST.get("action")
+        forms: dict[str, Any] = {}
+        user = request.user
+        try:
+            if action == "update":
+                form = forms["update_form"] = IncidentUpdateForm(request.POST)
+                if form.is_valid():
+                    services.incident_update_post(
+                        incident=incident, actor=user, **form.cleaned_data
+                    )
+                    messages.success(request, _("Update published."))
+                    return redirect("tickets:incident_detail", pk=pk)
+            elif action == "mass_reply":
+                form = forms["reply_form"] = MassReplyForm(request.POST)
+                if form.is_valid():
+                    broadcast = services.incident_mass_reply(
+                        incident=incident, actor=user, **form.cleaned_data
+                    )
+                    count = broadcast.messages.count()
+                    messages.success(
+                        request,
+                        ngettext(
+                            "Reply queued for %(count)d ticket.",
+                            "Reply queued for %(count)d tickets.",
+                            count,
+                        )
+                        % {"count": count},
+                    )
+                    return redirect("tickets:incident_detail", pk=pk)
+            elif action == "link":
+                form = forms["link_form"] = LinkForm(request.POST)
+                if form.is_valid():
+                    tickets = selectors.ticket_list(actor=user, filters={}).filter(
+                        pk__in=form.cleaned_data["tickets"]
+                    )
+                    count = services.incident_tickets_link(
+                        incident=incident, tickets=tickets, actor=user
+                    )
+                    messages.success(
+                        request,
+                        ngettext("%(count)d ticket linked.", "%(count)d tickets linked.", count)
+                        % {"count": count},
+                    )
+                    return redirect("tickets:incident_detail", pk=pk)
+            elif action == "unlink":
+                tickets = incident.tickets.filter(pk=request.POST.get("ticket") or 0)
+                services.incident_tickets_link(incident=None, tickets=tickets, actor=user)
+                return redirect("tickets:incident_detail", pk=pk)
+            elif action == "solve":
+                count = services.incident_tickets_solve(incident=incident, actor=user)
+                messages.success(
+                    request,
+                    ngettext("%(count)d ticket solved.", "%(count)d tickets solved.", count)
+                    % {"count": count},
+                )
+                return redirect("tickets:incident_detail", pk=pk)
+            elif action == "end":
+                services.incident_end(
+                    incident=incident, actor=user, body=request.POST.get("body", "")
+                )
+                messages.success(request, _("Incident ended."))
+                return redirect("tickets:incident_detail", pk=pk)
+            else:
+                raise Http404
+        except services.TicketError as exc:
+            messages.error(request, str(exc))
+        response = render(request, "tickets/incident_detail.html", self._context(incident, **forms))
+        response.status_code = 400
+        return response
+
+
+# --- members ----------------------------------------------------------------------------------
+
+
+class MyTicketListView(LoginRequiredMixin, View):
+    """A member's own tickets, and a form to open one."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        tickets = selectors.ticket_list(actor=request.user, filters={}).filter(
+            requester=request.user
+        )
+        return render(
+            request,
+            "tickets/my_ticket_list.html",
+            {"tickets": tickets[:100], "form": TicketOpenForm()},
+        )
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = TicketOpenForm(request.POST)
+        if form.is_valid():
+            try:
+                ticket = services.ticket_open(actor=request.user, **form.cleaned_data)
+            except services.TicketError as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(
+                    request,
+                    _("Your ticket %(number)s is open. We will answer here and by mail.")
+                    % {"number": ticket.number},
+                )
+                return redirect("tickets:my_ticket", pk=ticket.pk)
+        tickets = selectors.ticket_list(actor=request.user, filters={}).filter(
+            requester=request.user
+        )
+        response = render(
+            request, "tickets/my_ticket_list.html", {"tickets": tickets[:100], "form": form}
+        )
+        response.status_code = 400
+        return response
+
+
+class MyTicketDetailView(LoginRequiredMixin, View):
+    """One of the member's own tickets (404 for anyone else's, even for staff: they use the
+    support page)."""
+
+    def _ticket(self, request: HttpRequest, pk: int) -> Ticket:
+        ticket = Ticket.objects.visible_to(request.user).filter(pk=pk, requester=request.user)
+        found = ticket.first()
+        if found is None:
+            raise Http404
+        return found
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        ticket = self._ticket(request, pk)
+        return render(
+            request,
+            "tickets/my_ticket_detail.html",
+            {
+                "ticket": ticket,
+                "thread": selectors.ticket_thread(actor=request.user, ticket=ticket).exclude(
+                    kind="note"
+                ),
+                "form": MemberPostForm(),
+            },
+        )
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        ticket = self._ticket(request, pk)
+        form = MemberPostForm(request.POST)
+        if form.is_valid():
+            try:
+                services.ticket_member_post(
+                    ticket=ticket, actor=request.user, body=form.cleaned_data["body"]
+                )
+            except services.TicketError as exc:
+                messages.error(request, str(exc))
+            else:
+                messages.success(request, _("Message sent."))
+        return redirect("tickets:my_ticket", pk=pk)
+
+
+# --- public status page -----------------------------------------------------------------------
+
+
+class StatusPageView(View):
+    """Public, no login, no session: served from the cache; the last good copy when the
+    database does not answer."""
+
+    def get(self, request: HttpRequest) -> HttpResponseBase:
+        from django.core.cache import cache
+
+        language = translation.get_language() or "en"
+        key = HTML_KEY.format(language=language)
+        html = cache.get(key)  # one Redis round trip when warm; no database, no session
+        if html is None:
+            data, stale = status_data()
+            html = render_to_string(
+                "status/status_page.html", {"data": data, "stale": stale, "LANGUAGE_CODE": language}
+            )
+            if not stale:
+                cache.set(key, html, FRESH_SECONDS)
+        response = HttpResponse(html)
+        response["Cache-Control"] = "public, max-age=15"
+        return response

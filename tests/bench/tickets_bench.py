@@ -1,0 +1,274 @@
+"""Ticket benchmarks, run by tests/bench/run.py in a subprocess against a scratch database.
+
+Prints one JSON list of rows (name, value, unit, target) on the last line of stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import smtplib
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from email.message import EmailMessage
+from email.policy import SMTP
+from email.utils import make_msgid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Sink:
+    """An SMTP sink that only counts."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = threading.Lock()
+
+    async def handle_DATA(self, server, session, envelope):
+        with self.lock:
+            self.count += 1
+        return "250 OK"
+
+    def wait_for(self, n: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.count >= n:
+                return True
+            time.sleep(0.01)
+        return False
+
+
+def mail(n: int) -> bytes:
+    msg = EmailMessage()
+    msg["From"] = f"Resident {n} <resident{n}@example.org>"
+    msg["To"] = "support@localhost"
+    msg["Subject"] = f"Internet offline in room {n}"
+    msg["Message-ID"] = make_msgid(domain="bench.example.org")
+    msg.set_content(f"Hello,\n\nmy internet has been offline since this morning (room {n}).\n")
+    return msg.as_bytes(policy=SMTP)
+
+
+def burst(port: int, total: int, clients: int) -> None:
+    def one_client(numbers: list[int]) -> None:
+        with smtplib.SMTP("127.0.0.1", port, timeout=60) as smtp:
+            for n in numbers:
+                smtp.sendmail(f"resident{n}@example.org", ["support@localhost"], mail(n))
+
+    chunks = [list(range(i, total, clients)) for i in range(clients)]
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one_client, chunks))
+
+
+def main() -> None:
+    import django
+
+    django.setup()
+    from aiosmtpd.controller import Controller
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.core.cache import cache
+    from django.core.management import call_command
+
+    from apps.tickets.models import InboundMail, Incident, Message, Ticket
+    from apps.tickets.services import incident_declare, incident_mass_reply
+    from apps.tickets.status import status_cache_clear
+    from portal.celery import app as celery_app
+
+    call_command("flush", "--no-input", verbosity=0)
+    cache.clear()
+    celery_app.conf.task_always_eager = True
+    sink = Sink()
+    sink_port = free_port()
+    sink_controller = Controller(sink, hostname="127.0.0.1", port=sink_port)
+    sink_controller.start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", sink_port
+    rows = []
+
+    # 1. 1,000 mails in a burst from 20 SMTP clients into the listener process (as `make run`
+    #    starts it). Acknowledgements are Celery's job in production, so they are off here.
+    port = free_port()
+    listener = subprocess.Popen(
+        [sys.executable, "manage.py", "mail_listen", "--port", str(port)],
+        cwd=ROOT,
+        env=dict(os.environ, PORTAL_TICKET_ACKNOWLEDGE="0"),
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        start = time.monotonic()
+        burst(port, 1000, 20)
+        took = time.monotonic() - start
+    finally:
+        listener.terminate()
+        listener.wait(10)
+    tickets, stored = Ticket.objects.count(), InboundMail.objects.count()
+    rows.append(
+        ("1,000 mails over SMTP in a burst (20 clients), all accepted", f"{took:.1f}", "s", "")
+    )
+    rows.append(("... of which became tickets (none lost)", f"{tickets}", "tickets", "1000"))
+    rows.append(("... rate", f"{1000 / took:.0f}", "mails/s", ""))
+    if stored != 1000 or tickets != 1000:
+        raise SystemExit(f"lost mail: {stored} stored, {tickets} tickets")
+
+    # 2. One reply to 500 linked tickets, delivered to the sink.
+    before = sink.count
+    Ticket.objects.filter(
+        pk__in=list(Ticket.objects.order_by("pk").values_list("pk", flat=True)[500:])
+    ).update(status="solved")
+    incident = incident_declare(
+        actor=None,
+        title="Uplink down",
+        keywords=["offline"],
+        started_at=Ticket.objects.order_by("created_at").first().created_at,
+    )
+    linked = incident.tickets.filter(status="new").count()
+    staff = get_user_model().objects.create_user("bench-support", first_name="Bench")
+    start = time.monotonic()
+    incident_mass_reply(incident=incident, actor=staff, body="Hello {first_name}, fixed.")
+    delivered = sink.wait_for(before + linked, 120)
+    took = time.monotonic() - start
+    sent = Message.objects.filter(broadcast__incident=incident, sent_at__isnull=False).count()
+    rows.append(
+        (
+            f"mass reply to {linked} linked tickets, delivered to an SMTP sink",
+            f"{took:.1f}",
+            "s",
+            "< 60 s",
+        )
+    )
+    rows.append(
+        (
+            "... messages delivered",
+            f"{sink.count - before}",
+            "mails",
+            f"{linked}" + ("" if delivered and sent == linked else " (MISSING)"),
+        )
+    )
+    sink_controller.stop()
+
+    # 3. The public status page under concurrent load (gunicorn, 4 workers, 16 clients).
+    for n in range(5):
+        Incident.objects.create(title=f"Past incident {n}", ended_at=incident.started_at)
+    status_cache_clear()
+    web_port = free_port()
+    env = dict(
+        os.environ,
+        DEBUG="0",
+        SECRET_KEY="bench-only-" + "x" * 50,
+        ALLOWED_HOSTS="127.0.0.1",
+        SECURE_SSL_REDIRECT="0",
+        STATIC_ROOT=str(ROOT / "var" / "bench-static"),
+    )
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--no-input", "-v0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "portal.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{web_port}",
+            "--workers",
+            "4",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        url = f"http://127.0.0.1:{web_port}/status/"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=2).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        latencies: list[float] = []
+        lock = threading.Lock()
+
+        def client(_: int) -> None:
+            mine = []
+            for _i in range(150):
+                t0 = time.perf_counter()
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    response.read()
+                mine.append((time.perf_counter() - t0) * 1000)
+            with lock:
+                latencies.extend(mine)
+
+        for clients in (8, 16):
+            latencies.clear()
+            start = time.monotonic()
+            with ThreadPoolExecutor(clients) as pool:
+                list(pool.map(client, range(clients)))
+            took = time.monotonic() - start
+            latencies.sort()
+            p95 = latencies[int(len(latencies) * 0.95) - 1]
+            rows.append(
+                (
+                    f"status page p95, {clients} concurrent clients, gunicorn 4 workers",
+                    f"{p95:.1f}",
+                    "ms",
+                    "< 20 ms",
+                )
+            )
+            rows.append(("... median", f"{statistics.median(latencies):.1f}", "ms", ""))
+            rows.append(("... throughput", f"{len(latencies) / took:.0f}", "req/s", ""))
+        # The database "hangs": every query on incidents waits behind a lock.
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("LOCK TABLE tickets_incident IN ACCESS EXCLUSIVE MODE")
+            latencies.clear()
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(client, range(8)))
+            cursor.execute("ROLLBACK")
+        latencies.sort()
+        rows.append(
+            (
+                "status page p95, 8 clients, incidents table locked (database hanging)",
+                f"{latencies[int(len(latencies) * 0.95) - 1]:.1f}",
+                "ms",
+                "< 20 ms",
+            )
+        )
+    finally:
+        server.terminate()
+        server.wait(10)
+    print(json.dumps(rows))  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""Ticket pages: who sees what, reply and note, inbox filters and bulk actions, canned answers."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from apps.tickets.choices import MessageKind, TicketStatus
+from apps.tickets.models import CannedResponse, InboundMail, Incident, Message, Ticket
+from apps.tickets.services import ticket_note, ticket_open
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def login(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def people():
+    return {
+        "alice": UserFactory(username="alice", first_name="Alice", roles=["member"]),
+        "bob": UserFactory(username="bob", roles=["member"]),
+        "vic": UserFactory(username="vic", roles=["volunteer"]),
+        "sam": UserFactory(username="sam", first_name="Sam", roles=["support"]),
+        "ada": UserFactory(username="ada", roles=["admin"]),
+    }
+
+
+@pytest.fixture
+def alice_ticket(people):
+    ticket = ticket_open(
+        actor=people["alice"], subject="Port forward broken", body="My game server is unreachable"
+    )
+    ticket_note(ticket=ticket, actor=people["sam"], body="SECRET staff note")
+    return ticket
+
+
+def test_member_sees_only_own_tickets_and_never_notes(people, alice_ticket):
+    alice, bob = login(people["alice"]), login(people["bob"])
+    url = reverse("tickets:my_ticket", args=[alice_ticket.pk])
+    page = alice.get(url)
+    assert page.status_code == 200
+    assert "My game server" in page.text
+    assert "SECRET" not in page.text
+    assert bob.get(url).status_code == 404
+    assert "Port forward broken" not in bob.get(reverse("tickets:my_tickets")).text
+    assert bob.post(url, {"body": "hijack"}).status_code == 404
+
+
+@pytest.mark.parametrize("who", ["alice", "vic"])
+def test_members_and_volunteers_cannot_use_the_support_screens(people, alice_ticket, who):
+    client = login(people[who])
+    for url in (
+        reverse("tickets:inbox"),
+        reverse("tickets:ticket_detail", args=[alice_ticket.pk]),
+        reverse("tickets:incident_list"),
+        reverse("tickets:quarantine"),
+        reverse("tickets:stats"),
+    ):
+        assert client.get(url).status_code == 403, url
+
+
+def test_anonymous_is_sent_to_login(alice_ticket):
+    response = Client().get(reverse("tickets:inbox"))
+    assert response.status_code == 302
+    assert "/accounts/login/" in response.url
+
+
+@pytest.mark.parametrize("who", ["sam", "ada"])
+def test_support_and_admin_see_every_ticket_with_notes(people, alice_ticket, who):
+    page = login(people[who]).get(reverse("tickets:ticket_detail", args=[alice_ticket.pk]))
+    assert page.status_code == 200
+    assert "SECRET staff note" in page.text
+    assert 'data-testid="member-context"' in page.text
+    assert "alice@example.org" in page.text
+
+
+def test_reply_and_note_from_the_ticket_page(
+    people, alice_ticket, django_capture_on_commit_callbacks
+):
+    client = login(people["sam"])
+    url = reverse("tickets:ticket_detail", args=[alice_ticket.pk])
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client.post(
+            url, {"action": "reply", "body": "Hi {first_name}, fixed.", "status": "solved"}
+        )
+    assert response.status_code == 302
+    assert len(callbacks) == 1  # the send task is enqueued after commit
+    reply = Message.objects.get(ticket=alice_ticket, kind=MessageKind.OUTBOUND)
+    assert reply.body_text == "Hi Alice, fixed."
+    alice_ticket.refresh_from_db()
+    assert alice_ticket.status == TicketStatus.SOLVED
+    assert alice_ticket.first_response_at is not None
+    assert alice_ticket.assignee == people["sam"]
+
+    client.post(url, {"action": "note", "body": "second note"})
+    assert Message.objects.filter(ticket=alice_ticket, kind=MessageKind.NOTE).count() == 2
+    # the member sees the reply, not the notes
+    member_page = login(people["alice"]).get(reverse("tickets:my_ticket", args=[alice_ticket.pk]))
+    assert "Hi Alice, fixed." in member_page.text
+    assert "second note" not in member_page.text
+
+
+def test_empty_reply_is_refused(people, alice_ticket):
+    response = login(people["sam"]).post(
+        reverse("tickets:ticket_detail", args=[alice_ticket.pk]),
+        {"action": "reply", "body": "", "status": "waiting"},
+    )
+    assert response.status_code == 400
+
+
+def test_member_opens_and_follows_a_ticket(people):
+    client = login(people["bob"])
+    response = client.post(
+        reverse("tickets:my_tickets"), {"subject": "No wifi", "body": "Room 12 has no wifi"}
+    )
+    ticket = Ticket.objects.get()
+    assert response.url == reverse("tickets:my_ticket", args=[ticket.pk])
+    assert ticket.requester == people["bob"]
+    assert ticket.channel == "portal"
+    client.post(response.url, {"body": "still nothing"})
+    assert ticket.messages.count() == 2
+
+
+def test_inbox_filters_search_pagination_and_partial(people, alice_ticket):
+    other = ticket_open(actor=people["bob"], subject="Printer", body="the quick brown fox")
+    client = login(people["sam"])
+    inbox = reverse("tickets:inbox")
+    page = client.get(inbox)
+    assert "Port forward broken" in page.text
+    assert "Printer" in page.text
+    assert "Keyboard shortcuts" in page.text
+    assert "Printer" not in client.get(inbox, {"q": "game server"}).text  # message text
+    assert "Printer" in client.get(inbox, {"q": "bob@example"}).text  # sender
+    assert "Port forward" not in client.get(inbox, {"q": f"#{other.pk}"}).text
+    assert "Port forward" not in client.get(inbox, {"assignee": "me"}).text
+    partial = client.get(inbox, {"status": "new"}, HTTP_HX_REQUEST="true")
+    assert partial.text.lstrip().startswith('<div id="ticket-table">')
+    for n in range(55):
+        Ticket.objects.create(subject=f"bulk {n}", requester_email="x@example.org")
+    first = client.get(inbox)
+    assert "Page 1 of 2" in first.text
+    assert "Page 2 of 2" in client.get(inbox, {"page": 2}).text
+
+
+def test_bulk_actions(people, alice_ticket):
+    other = ticket_open(actor=people["bob"], subject="Printer", body="x")
+    client = login(people["sam"])
+    client.post(
+        reverse("tickets:inbox"), {"ticket": [alice_ticket.pk, other.pk], "action": "assign_me"}
+    )
+    client.post(reverse("tickets:inbox"), {"ticket": [other.pk], "action": "solved"})
+    alice_ticket.refresh_from_db()
+    other.refresh_from_db()
+    assert alice_ticket.assignee == other.assignee == people["sam"]
+    assert other.status == TicketStatus.SOLVED
+    assert other.solved_at
+    assert alice_ticket.status == TicketStatus.NEW
+    client.post(reverse("tickets:inbox"), {"ticket": [other.pk], "action": "tag", "value": "Wifi"})
+    other.refresh_from_db()
+    assert other.tags == ["wifi"]
+
+
+def test_canned_response_fills_placeholders(people, alice_ticket):
+    canned = CannedResponse.objects.create(
+        title="Restart", body="Hello {first_name}, about {ticket_number}: restart. {unknown}"
+    )
+    response = login(people["sam"]).get(
+        reverse("tickets:canned_fill", args=[alice_ticket.pk]),
+        {"canned": canned.pk},
+        HTTP_HX_REQUEST="true",
+    )
+    assert response.status_code == 200
+    assert f"Hello Alice, about #{alice_ticket.pk}: restart. {{unknown}}" in response.text
+    assert 'id="reply-body"' in response.text
+
+
+def test_quarantine_page_shows_raw_and_dismisses(people):
+    mail = InboundMail.objects.create(
+        raw=b"Subject: x\r\n\r\nbroken body",
+        size=20,
+        status="quarantined",
+        error="broken MIME structure",
+    )
+    client = login(people["sam"])
+    page = client.get(reverse("tickets:quarantine"), {"show": mail.pk})
+    assert "broken MIME structure" in page.text
+    assert "broken body" in page.text
+    client.post(reverse("tickets:quarantine"), {"mail": mail.pk, "action": "dismiss"})
+    mail.refresh_from_db()
+    assert mail.status == "dismissed"
+    assert mail.handled_by == people["sam"]
+
+
+def test_stats_page_renders_svg_charts(people, alice_ticket):
+    page = login(people["sam"]).get(reverse("tickets:stats"))
+    assert page.status_code == 200
+    assert page.text.count("<svg") == 3
+    assert "New tickets per day" in page.text
+
+
+def test_ticket_page_of_a_ticket_linked_to_an_incident(people, alice_ticket):
+    from apps.tickets.services import incident_declare
+
+    incident_declare(actor=people["sam"], title="Uplink", keywords=["game server"])
+    alice_ticket.incident = Incident.objects.get()
+    alice_ticket.save()
+    CannedResponse.objects.create(title="Restart", body="x")
+    page = login(people["sam"]).get(reverse("tickets:ticket_detail", args=[alice_ticket.pk]))
+    assert page.status_code == 200
+    assert "Uplink" in page.text
+    assert "Restart" in page.text
+
+
+def test_attachments_download_only_for_who_may_see_the_ticket(people, alice_ticket):
+    from apps.tickets.models import Attachment
+
+    message = alice_ticket.messages.get(kind=MessageKind.INBOUND)
+    attachment = Attachment.objects.create(
+        message=message,
+        filename="evil.html",
+        content_type="text/html",
+        size=20,
+        data=b"<script>x</script>",
+    )
+    url = reverse("tickets:attachment", args=[attachment.pk])
+    own = login(people["alice"]).get(url)
+    assert own.status_code == 200
+    assert own["Content-Type"] == "application/octet-stream"
+    assert own["Content-Disposition"].startswith("attachment;")
+    assert own.content == b"<script>x</script>"
+    assert login(people["bob"]).get(url).status_code == 404
+    assert login(people["sam"]).get(url).status_code == 200
+    page = login(people["sam"]).get(reverse("tickets:ticket_detail", args=[alice_ticket.pk]))
+    assert url in page.text

@@ -1,0 +1,131 @@
+"""Mail for tickets: the SMTP listener (aiosmtpd), IMAP polling, and outbound sending tasks.
+
+The listener answers 250 only after the raw mail is stored in PostgreSQL; if storing fails it
+answers 451 so the sending MTA retries. Parsing problems never fail the delivery: the mail is
+quarantined and shown to staff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import imaplib
+import logging
+from typing import Any
+
+from celery import shared_task
+
+log = logging.getLogger(__name__)
+
+
+class TicketMailHandler:
+    """aiosmtpd handler: every accepted mail becomes an InboundMail row, then a ticket message.
+
+    `close_connections` closes the worker thread's database connection after every mail (tests,
+    which drop their database afterwards); the listener process keeps them (CONN_MAX_AGE).
+    """
+
+    def __init__(self, *, close_connections: bool = False) -> None:
+        self.close_connections = close_connections
+
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]
+    ) -> str:
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        raw = envelope.original_content or envelope.content
+        if isinstance(raw, str):
+            raw = raw.encode("utf-8", "surrogateescape")
+        try:
+            await asyncio.to_thread(
+                _receive, raw, envelope.mail_from, list(envelope.rcpt_tos), self.close_connections
+            )
+        except Exception:
+            log.exception("could not store an incoming mail; asking the sender to retry")
+            return "451 4.3.0 Temporary failure, please retry"
+        return "250 2.0.0 Message accepted"
+
+
+def _receive(raw: bytes, mail_from: str | None, rcpt_tos: list[str], close: bool) -> None:
+    from django.db import close_old_connections, connection
+
+    from apps.tickets.services import mail_receive
+
+    close_old_connections()  # as Django does around a request: drop broken or expired ones
+    try:
+        mail_receive(raw=raw, envelope_from=mail_from or "", envelope_to=rcpt_tos)
+    finally:
+        if close:
+            connection.close()
+        else:
+            close_old_connections()
+
+
+def smtp_controller(
+    host: str | None = None, port: int | None = None, *, close_connections: bool = False
+) -> Any:
+    """An aiosmtpd Controller for the ticket handler (not started)."""
+    from aiosmtpd.controller import Controller
+    from django.conf import settings
+
+    return Controller(
+        TicketMailHandler(close_connections=close_connections),
+        hostname=host or settings.PORTAL_SMTP_HOST,
+        port=port if port is not None else settings.PORTAL_SMTP_PORT,
+        data_size_limit=settings.PORTAL_MAIL_MAX_BYTES,
+        decode_data=False,
+        ready_timeout=10,
+    )
+
+
+@shared_task(bind=True, max_retries=8, soft_time_limit=60, acks_late=True)
+def ticket_message_send(self: Any, message_id: int) -> bool:
+    """Mail one outbound ticket message (idempotent: a sent message is never sent again)."""
+    from apps.tickets.services import message_send
+
+    try:
+        return message_send(message_id=message_id)
+    except OSError as exc:
+        raise self.retry(exc=exc, countdown=min(600, 15 * 2**self.request.retries)) from exc
+
+
+@shared_task(bind=True, max_retries=8, soft_time_limit=600, acks_late=True)
+def incident_broadcast_send(self: Any, broadcast_id: int) -> int:
+    """Mail a mass reply; retries send only what is still unsent."""
+    from apps.tickets.services import broadcast_send
+
+    try:
+        return broadcast_send(broadcast_id=broadcast_id)
+    except OSError as exc:
+        raise self.retry(exc=exc, countdown=min(600, 15 * 2**self.request.retries)) from exc
+
+
+@shared_task(soft_time_limit=240)
+def imap_poll() -> int:
+    """Fetch unseen mail from the IMAP mailbox (production alternative to the SMTP listener).
+
+    A mail is flagged \\Seen only after it is stored, so a crash fetches it again (the
+    Message-ID check then records it as a duplicate instead of a second ticket).
+    """
+    from django.conf import settings
+
+    from apps.tickets.services import mail_receive
+
+    if not settings.PORTAL_IMAP_HOST:
+        return 0
+    cls = imaplib.IMAP4_SSL if settings.PORTAL_IMAP_SSL else imaplib.IMAP4
+    count = 0
+    with cls(settings.PORTAL_IMAP_HOST, settings.PORTAL_IMAP_PORT, timeout=30) as imap:
+        imap.login(settings.PORTAL_IMAP_USER, settings.PORTAL_IMAP_PASSWORD)
+        imap.select(settings.PORTAL_IMAP_MAILBOX)
+        _typ, data = imap.uid("search", None, "UNSEEN")
+        for uid in (data[0] or b"").split()[:500]:
+            _typ, fetched = imap.uid("fetch", uid, "(BODY.PEEK[])")
+            raw = next((part[1] for part in fetched if isinstance(part, tuple)), None)
+            if raw is None:
+                continue
+            mail_receive(raw=raw, envelope_from=None, source="imap")
+            imap.uid("store", uid, "+FLAGS", "(\\Seen)")
+            count += 1
+    return count
