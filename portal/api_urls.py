@@ -5,10 +5,23 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from apps.accounts.api import MeAPI
 from apps.health.api import SystemStatusAPI
+from apps.members.api import MemberDetailAPI, MemberListAPI, RoomDetailAPI, RoomListAPI
+from apps.network.api import DeviceDetailAPI, DeviceListAPI
+from apps.tickets.api import IncidentDetailAPI, IncidentListAPI, TicketDetailAPI, TicketListAPI
 
 urlpatterns = [
     path("me/", MeAPI.as_view(), name="api-me"),
     path("system/status/", SystemStatusAPI.as_view(), name="api-system-status"),
+    path("members/", MemberListAPI.as_view(), name="api-members"),
+    path("members/<int:pk>/", MemberDetailAPI.as_view(), name="api-member"),
+    path("rooms/", RoomListAPI.as_view(), name="api-rooms"),
+    path("rooms/<int:pk>/", RoomDetailAPI.as_view(), name="api-room"),
+    path("devices/", DeviceListAPI.as_view(), name="api-devices"),
+    path("devices/<int:pk>/", DeviceDetailAPI.as_view(), name="api-device"),
+    path("tickets/", TicketListAPI.as_view(), name="api-tickets"),
+    path("tickets/<int:pk>/", TicketDetailAPI.as_view(), name="api-ticket"),
+    path("incidents/", IncidentListAPI.as_view(), name="api-incidents"),
+    path("incidents/<int:pk>/", IncidentDetailAPI.as_view(), name="api-incident"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

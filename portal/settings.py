@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
+    "django.contrib.postgres",
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
@@ -96,8 +97,11 @@ INSTALLED_APPS = [
     "apps.core",
     "apps.accounts",
     "apps.members",
+    "apps.network",
+    "apps.audit",
     "apps.health",
     "apps.firewall",
+    "apps.tickets",
 ]
 
 MIDDLEWARE = [
@@ -207,7 +211,16 @@ PORTAL_FIREWALL_KNOWN_HOSTS = os.environ.get(
 )
 PORTAL_FIREWALL_CONFIRM_WITHIN = env_int("PORTAL_FIREWALL_CONFIRM_WITHIN", 30)
 PORTAL_RULESET_HISTORY = env_int("PORTAL_RULESET_HISTORY", 50)
-PORTAL_HEALTH_CONNTRACK_MAX_RATIO = 0.8
+PORTAL_HEALTH_CONNTRACK_MAX_RATIO = 0.8  # a push whose host is fuller than this rolls back
+PORTAL_HEALTH_CONNTRACK_WARN = 0.8
+PORTAL_HEALTH_SOFTIRQ_WARN = 0.5
+PORTAL_HEALTH_INTERVAL = env_int("PORTAL_HEALTH_INTERVAL", 30)
+PORTAL_HEALTH_SAMPLES_KEPT = env_int("PORTAL_HEALTH_SAMPLES_KEPT", 2880)  # a day at 30 s
+CELERY_BEAT_SCHEDULE["firewall-health"] = {
+    "task": "workers.health.firewall_health_collect",
+    "schedule": timedelta(seconds=PORTAL_HEALTH_INTERVAL),
+    "options": {"expires": PORTAL_HEALTH_INTERVAL},
+}
 
 # --- Authentication -------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [
@@ -245,6 +258,30 @@ EMAIL_BACKEND = os.environ.get(
     if EMAIL_HOST
     else "django.core.mail.backends.console.EmailBackend",
 )
+
+# --- Tickets: inbound mail (SMTP listener, IMAP), outbound replies --------------------------
+PORTAL_SMTP_HOST = os.environ.get("PORTAL_SMTP_HOST", "127.0.0.1")
+PORTAL_SMTP_PORT = env_int("PORTAL_SMTP_PORT", 2525)
+PORTAL_MAIL_MAX_BYTES = env_int("PORTAL_MAIL_MAX_BYTES", 25 * 1024 * 1024)
+PORTAL_TICKET_ATTACHMENT_MAX_BYTES = env_int("PORTAL_TICKET_ATTACHMENT_MAX_BYTES", 5 * 1024 * 1024)
+PORTAL_TICKET_ADDRESS = os.environ.get("PORTAL_TICKET_ADDRESS", "support@localhost")
+PORTAL_TICKET_FROM_NAME = os.environ.get("PORTAL_TICKET_FROM_NAME", "Network support")
+PORTAL_MAIL_DOMAIN = os.environ.get("PORTAL_MAIL_DOMAIN", "portal.localhost")
+PORTAL_TICKET_ACKNOWLEDGE = env_bool("PORTAL_TICKET_ACKNOWLEDGE", default=True)
+PORTAL_TICKET_ACK_PER_HOUR = env_int("PORTAL_TICKET_ACK_PER_HOUR", 5)
+PORTAL_IMAP_HOST = os.environ.get("PORTAL_IMAP_HOST", "")
+PORTAL_IMAP_PORT = env_int("PORTAL_IMAP_PORT", 993)
+PORTAL_IMAP_SSL = env_bool("PORTAL_IMAP_SSL", default=True)
+PORTAL_IMAP_USER = os.environ.get("PORTAL_IMAP_USER", "")
+PORTAL_IMAP_PASSWORD = os.environ.get("PORTAL_IMAP_PASSWORD", "")
+PORTAL_IMAP_MAILBOX = os.environ.get("PORTAL_IMAP_MAILBOX", "INBOX")
+PORTAL_IMAP_INTERVAL = env_int("PORTAL_IMAP_INTERVAL", 60)
+if PORTAL_IMAP_HOST:
+    CELERY_BEAT_SCHEDULE["mail-imap-poll"] = {
+        "task": "workers.mail.imap_poll",
+        "schedule": timedelta(seconds=PORTAL_IMAP_INTERVAL),
+        "options": {"expires": PORTAL_IMAP_INTERVAL},
+    }
 
 # --- Internationalisation -------------------------------------------------------------------
 LANGUAGE_CODE = "en"
@@ -293,6 +330,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {})["TicketStatusEnum"] = (
+    "apps.tickets.choices.TicketStatus"
+)
 
 # --- Security (production: DEBUG=0) ---------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
@@ -313,5 +353,5 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"axes": {"level": "WARNING"}},
+    "loggers": {"axes": {"level": "WARNING"}, "asyncssh": {"level": "WARNING"}},
 }

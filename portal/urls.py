@@ -10,5 +10,8 @@ urlpatterns = [
     path("api/", include("portal.api_urls")),
     path("", include("apps.core.urls")),
     path("", include("apps.members.urls")),
+    path("", include("apps.network.urls")),
     path("", include("apps.health.urls")),
+    path("", include("apps.firewall.urls")),
+    path("", include("apps.tickets.urls")),
 ]

@@ -195,3 +195,11 @@ def ruleset_rollout(*, versions: Iterable[RuleSetVersion]) -> list[PushOutcome]:
                 later.host.mark_pending()
             break
     return outcomes
+
+
+def host_drift_repair(*, host: FirewallHost) -> PushOutcome | None:
+    """Push the newest version again to a host that runs something else (drift)."""
+    latest = RuleSetVersion.objects.filter(host=host).first()
+    if latest is None:
+        return None
+    return ruleset_push(host=host, version=latest)

@@ -23,7 +23,11 @@ fi
 .venv/bin/python manage.py seed_demo
 if [[ -x deploy/lab/lab.sh ]]; then
   if [[ $(id -u) -eq 0 ]]; then
-    bash deploy/lab/lab.sh up || echo "The firewall lab could not be built; the portal runs without a reachable firewall."
+    if bash deploy/lab/lab.sh up; then
+      .venv/bin/python manage.py lab_register
+    else
+      echo "The firewall lab could not be built; the portal runs without a reachable firewall."
+    fi
   else
     echo "Not root: the firewall lab (network namespaces) is not built; no firewall is reachable."
   fi

@@ -66,6 +66,57 @@ def seed_demo_20k() -> Iterable[Row]:
     yield ("seed_demo --members 20000 again (nothing to add)", f"{again:.1f}", "s", "")
 
 
+def _bench_database_url(members: int = 20000) -> str:
+    """The scratch database of the "Demo data" section (seeded again if it is missing)."""
+    dbname = "portal_bench"
+    url = f"postgresql://portal@/{dbname}?host={ROOT / 'var/run'}"
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="portal.settings", DATABASE_URL=url)
+    created = subprocess.run(
+        ["createdb", "-h", str(ROOT / "var/run"), "-U", "portal", dbname],
+        check=False,
+        capture_output=True,
+    )
+    if created.returncode == 0:
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
+        )
+    subprocess.run(
+        [sys.executable, "manage.py", "seed_demo", "--members", str(members)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return url
+
+
+@benchmark("Office hours and resident dashboard (20,000 members, ~60,000 devices)")
+def members_search_and_dashboard() -> Iterable[Row]:
+    """member_search p95 per kind of query; the dashboard's query count at 1 and 10 devices."""
+    import json
+
+    url = _bench_database_url()
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="portal.settings", DATABASE_URL=url)
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.members_bench"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for kind, figures in result["search"].items():
+        yield (
+            f"search p95: {kind} (p50 {figures['p50']:.1f} ms, {figures['n']} queries)",
+            f"{figures['p95']:.1f}",
+            "ms",
+            "< 50 ms",
+        )
+    for devices, queries in sorted(result["dashboard_queries"].items(), key=lambda i: int(i[0])):
+        yield (f"resident dashboard with {devices} device(s)", str(queries), "queries", "constant")
+
+
 def main() -> None:
     os.environ.setdefault("PGHOST", str(ROOT / "var/run"))
     lines = [
@@ -87,3 +138,37 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@benchmark("Tickets: mail ingest, mass reply, status page")
+def tickets_mail_and_status() -> Iterable[Row]:
+    """tests/bench/tickets_bench.py in a scratch database (real SMTP, real gunicorn)."""
+    import json
+
+    dbname = "portal_bench_tickets"
+    host = str(ROOT / "var/run")
+    subprocess.run(
+        ["dropdb", "-h", host, "-U", "portal", "--if-exists", dbname],
+        check=False,
+        capture_output=True,
+    )
+    subprocess.run(["createdb", "-h", host, "-U", "portal", dbname], check=True)
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="portal.settings",
+        DATABASE_URL=f"postgresql://portal@/{dbname}?host={host}",
+        CACHE_KEY_PREFIX="portal-bench-tickets",
+        DEBUG="1",
+        LOG_LEVEL="WARNING",
+    )
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.bench.tickets_bench"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    yield from (tuple(row) for row in json.loads(done.stdout.strip().splitlines()[-1]))

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_support import LAB_VAR, fw, lab_sh, reset_host, ruleset, run
+from lab_support import LAB_VAR, MGMT, fw, lab_sh, reset_host, ruleset, run
 
 
 def pytest_configure(config):
@@ -23,10 +23,11 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def lab():
     """``lab.sh up`` for the whole session, and ``lab.sh down`` whatever happens."""
+    # Never skip silently: `make test` runs as root and installs what the lab needs.
     if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
+        pytest.fail("the lab needs root (network namespaces); run `make test` as root")
     if not shutil.which("ip") or not Path("/usr/sbin/sshd").exists():
-        pytest.skip("the lab needs iproute2 and openssh-server")
+        pytest.fail("the lab needs iproute2 and openssh-server (installed by `make test`)")
     lab_sh("down")
     try:
         started = time.monotonic()
@@ -52,3 +53,20 @@ def nat1(lab):
     assert applied.rc == 0, applied.stdout + applied.stderr
     assert fw("pl-nat1", "confirm").rc == 0
     return "pl-nat1"
+
+
+@pytest.fixture
+def hosts(lab):
+    for name in MGMT:
+        reset_host(name)
+    from apps.firewall.models import FirewallHost
+
+    rows = [
+        FirewallHost.objects.create(name=name, address=address, rollout_order=order)
+        for order, (name, address) in enumerate(sorted(MGMT.items()))
+    ]
+    yield rows
+    lab_sh("sshd-start", "nat1")
+    lab_sh("sshd-start", "nat2")
+    for name in MGMT:  # leave the hosts as the other lab tests expect them
+        reset_host(name)

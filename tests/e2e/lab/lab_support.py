@@ -15,6 +15,9 @@ LAB_VAR = REPO / "var" / "lab"
 HOSTS = {"pl-nat1": "10.255.255.11", "pl-nat2": "10.255.255.12"}
 
 
+MGMT = {"pl-nat1": "10.255.255.11", "pl-nat2": "10.255.255.12"}
+
+
 def run(*argv: str, input: str | None = None, timeout: float = 30, env=None):
     return subprocess.run(
         list(argv),
@@ -129,6 +132,8 @@ def wait_for(predicate, timeout: float, interval: float = 0.25):
 def reset_host(host: str) -> None:
     """Empty a lab firewall's portal tables and helper state (as root on the host would)."""
     in_ns(host, "nft", "flush", "ruleset")
+    for dev in ("dorm0", "inet0"):  # shaping left by an earlier push (fails when there is none)
+        in_ns(host, "tc", "qdisc", "del", "dev", dev, "root")
     state = LAB_VAR / host / "fw"
     for name in ("pending.json", "state.json", "rollback.nft", "rollback.json", "staged.nft"):
         (state / name).unlink(missing_ok=True)  # pending gone: an armed timer exits by itself

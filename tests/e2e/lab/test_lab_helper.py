@@ -12,6 +12,7 @@ from lab_support import (
     fw,
     in_ns,
     portal_tables_text,
+    reset_host,
     ruleset,
     run,
     ssh_argv,
@@ -215,6 +216,7 @@ def test_health_is_json_with_the_fields(lab):
 
 
 def test_tc_batch_is_applied_and_limited_to_qdisc_class_filter(lab):
+    reset_host("pl-nat1")  # no shaping left over from other tests
     batch = (
         "qdisc replace dev dorm0 root handle 1: htb default 10\n"
         "class replace dev dorm0 parent 1: classid 1:10 htb rate 100mbit\n"

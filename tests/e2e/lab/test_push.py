@@ -3,64 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from lab_support import fw, lab_sh, reset_host
+from lab_support import fw, lab_sh
+from push_support import version
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry
-from apps.firewall.services import ruleset_rollout, ruleset_version_store
-from workers.ruleset import compile_snapshot
-from workers.ruleset import snapshot as s
+from apps.firewall.services import ruleset_rollout
 
 pytestmark = [pytest.mark.lab, pytest.mark.django_db]
-
-MGMT = {"pl-nat1": "10.255.255.11", "pl-nat2": "10.255.255.12"}
-
-
-def compiled_for(host: str, port: int):
-    member = s.Member(
-        id=1,
-        public_ipv4="198.51.100.23",
-        devices=(s.Device(id=10, ipv4="10.100.1.23", ipv6=("2001:db8:100:1::23",)),),
-        forwards=(s.PortForward(1, "tcp", port, 10, 80),),
-    )
-    snapshot = s.Snapshot(
-        policy=s.Policy(management_networks=("10.255.255.0/28",)),
-        host=s.Host(
-            name=host,
-            uplink_interfaces=("inet0",),
-            member_interfaces=("dorm0",),
-            private_networks=("10.100.0.0/16",),
-            public_networks=("198.51.100.0/24",),
-        ),
-        members=(member,),
-    )
-    return compile_snapshot(snapshot)
-
-
-def version(host: FirewallHost, *, port: int = 8080, nft_text: str | None = None):
-    compiled = compiled_for(host.name, port)
-    return ruleset_version_store(
-        host=host,
-        nft_text=nft_text if nft_text is not None else compiled.nft,
-        tc_text=compiled.tc,
-        content_hash=compiled.content_hash if nft_text is None else "f" * 64,
-        counts=compiled.counts,
-        compile_seconds=0.0,
-        cause="test",
-    )
-
-
-@pytest.fixture
-def hosts(lab):
-    for name in MGMT:
-        reset_host(name)
-    rows = [
-        FirewallHost.objects.create(name=name, address=address, rollout_order=order)
-        for order, (name, address) in enumerate(sorted(MGMT.items()))
-    ]
-    yield rows
-    lab_sh("sshd-start", "nat1")
-    lab_sh("sshd-start", "nat2")
 
 
 def loaded(host: str) -> str | None:

@@ -1,0 +1,10 @@
+from django.urls import path
+
+from apps.firewall import views
+
+app_name = "firewall"
+urlpatterns = [
+    path("firewalls/", views.FirewallHostListView.as_view(), name="host_list"),
+    path("firewalls/<slug:name>/", views.FirewallHostDetailView.as_view(), name="host_detail"),
+    path("firewalls/<slug:name>/diff/", views.VersionDiffView.as_view(), name="version_diff"),
+]

@@ -1,0 +1,42 @@
+"""Health samples of the firewall hosts: a bounded time series per host."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class HostHealthSample(models.Model):
+    """What one health collection read from one firewall host (or why it could not)."""
+
+    host = models.ForeignKey(
+        "firewall.FirewallHost", on_delete=models.CASCADE, related_name="health_samples"
+    )
+    at = models.DateTimeField(_("time"), default=timezone.now)
+    reachable = models.BooleanField(_("reachable"))
+    latency_ms = models.FloatField(_("latency (ms)"), null=True, blank=True)
+    loaded_version = models.CharField(_("loaded version"), max_length=128, blank=True)
+    conntrack_count = models.PositiveIntegerField(null=True, blank=True)
+    conntrack_max = models.PositiveIntegerField(null=True, blank=True)
+    softirq_max_share = models.FloatField(null=True, blank=True)
+    softirq_per_cpu = models.JSONField(default=list, blank=True)
+    load1 = models.FloatField(null=True, blank=True)
+    interfaces = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["host", "-at"])]
+        verbose_name = _("health sample")
+        verbose_name_plural = _("health samples")
+
+    def __str__(self) -> str:
+        return f"{self.host_id} {self.at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def conntrack_ratio(self) -> float | None:
+        """How full the conntrack table is (0..1)."""
+        if self.conntrack_count is None or not self.conntrack_max:
+            return None
+        return self.conntrack_count / self.conntrack_max

@@ -1,0 +1,17 @@
+// Small health charts (uPlot, vendored): one per [data-series] element, from #health-series.
+document.addEventListener("DOMContentLoaded", () => {
+  const source = document.getElementById("health-series");
+  if (!source || typeof uPlot === "undefined") return;
+  const data = JSON.parse(source.textContent);
+  document.querySelectorAll(".chart[data-series]").forEach((el) => {
+    const key = el.dataset.series;
+    const opts = {
+      width: Math.max(240, el.clientWidth || 320),
+      height: 140,
+      legend: { show: false },
+      series: [{}, { stroke: "#0172ad", width: 2, spanGaps: false }],
+      axes: [{ size: 30 }, { size: 44 }],
+    };
+    new uPlot(opts, [data.t, data[key]], el);
+  });
+});

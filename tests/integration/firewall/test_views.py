@@ -1,0 +1,128 @@
+"""Firewall status screens: roles, states, warnings, versions and their diff."""
+
+import pytest
+from django.urls import reverse
+
+from apps.firewall.choices import PushStatus
+from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
+from apps.firewall.services import ruleset_version_store
+from apps.health.models import HostHealthSample
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def host():
+    return FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+
+
+def store(host, text, cause="test"):
+    return ruleset_version_store(
+        host=host,
+        nft_text=text,
+        tc_text="",
+        content_hash=str(hash(text) & 0xFFFFFFFF).rjust(64, "0"),
+        counts={},
+        compile_seconds=0.0,
+        cause=cause,
+    )
+
+
+@pytest.mark.parametrize(
+    ("role", "status"), [("member", 403), ("volunteer", 200), ("support", 200), ("admin", 200)]
+)
+def test_firewall_pages_are_for_staff(client_for, host, role, status):
+    client = client_for(role)
+    assert client.get(reverse("firewall:host_list")).status_code == status
+    assert client.get(reverse("firewall:host_detail", args=[host.name])).status_code == status
+
+
+def test_list_shows_state_and_threshold_warnings(client_for, host, settings):
+    version = store(host, "table inet portal_fw {}\n")
+    host.mark_applied(version)
+    HostHealthSample.objects.create(
+        host=host,
+        reachable=True,
+        latency_ms=12,
+        loaded_version="0" * 64,
+        conntrack_count=900,
+        conntrack_max=1000,
+        softirq_max_share=0.7,
+        load1=0.5,
+    )
+    page = client_for("volunteer").get(reverse("firewall:host_list")).content.decode()
+    assert "Connection tracking table 90% full." in page
+    assert "Softirq load 70% on one core." in page
+    assert "Runs version 000000000000, expected" in page  # drift
+    assert 'data-testid="push-status-pl-nat1">applied<' in page
+
+
+def test_healthy_host_says_ok_and_unreachable_host_says_why(client_for, host):
+    version = store(host, "x")
+    host.mark_applied(version)
+    HostHealthSample.objects.create(
+        host=host,
+        reachable=True,
+        loaded_version=version.content_hash,
+        conntrack_count=10,
+        conntrack_max=1000,
+        softirq_max_share=0.01,
+    )
+    other = FirewallHost.objects.create(name="pl-nat2", address="10.255.255.12", rollout_order=1)
+    HostHealthSample.objects.create(host=other, reachable=False, error="Connection refused")
+    client = client_for("support")
+    partial = client.get(reverse("firewall:host_list"), HTTP_HX_REQUEST="true").content.decode()
+    assert partial.lstrip().startswith('<section id="host-table"')
+    ok_cell = partial.split('data-testid="warnings-pl-nat1"')[1].split("</td>")[0]
+    assert "OK" in ok_cell
+    assert "Not reachable: Connection refused" in partial
+
+
+def test_no_hosts_is_an_explained_empty_state(client_for):
+    page = client_for("volunteer").get(reverse("firewall:host_list")).content.decode()
+    assert "No firewall host is configured" in page
+
+
+def test_detail_lists_push_log_and_versions_and_diffs_two(client_for, host):
+    first = store(host, "table inet portal_fw {\n\tset a {\n\t}\n}\n", cause="first")
+    second = store(host, "table inet portal_fw {\n\tset b {\n\t}\n}\n", cause="second")
+    PushLogEntry.objects.create(
+        host=host, version=second, step="check", ok=False, message="Error: syntax error"
+    )
+    host.mark_error("check: the host refused the rule set")
+    client = client_for("volunteer")
+    page = client.get(reverse("firewall:host_detail", args=[host.name])).content.decode()
+    assert "Error: syntax error" in page
+    assert "check: the host refused the rule set" in page
+    assert f"#{first.pk}" in page
+    assert f"#{second.pk}" in page
+    diff = client.get(
+        reverse("firewall:version_diff", args=[host.name]), {"a": first.pk, "b": second.pk}
+    ).content.decode()
+    assert '<span class="diff-del">-\tset a {</span>' in diff
+    assert '<span class="diff-add">+\tset b {</span>' in diff
+
+
+def test_diff_needs_two_versions_of_that_host(client_for, host):
+    other = FirewallHost.objects.create(name="pl-nat2", address="10.255.255.12")
+    mine, theirs = store(host, "a"), store(other, "b")
+    client = client_for("admin")
+    url = reverse("firewall:version_diff", args=[host.name])
+    assert client.get(url).status_code == 404
+    assert client.get(url, {"a": mine.pk, "b": theirs.pk}).status_code == 404
+
+
+def test_version_history_is_bounded_but_keeps_the_running_version(host, settings):
+    settings.PORTAL_RULESET_HISTORY = 3
+    running = store(host, "v0")
+    host.mark_applied(running)
+    for n in range(1, 6):
+        store(host, f"v{n}")
+    kept = set(RuleSetVersion.objects.filter(host=host).values_list("nft_text", flat=True))
+    assert kept == {"v0", "v3", "v4", "v5"}
+    assert FirewallHost.objects.get(pk=host.pk).push_status == PushStatus.APPLIED
+
+
+def test_same_content_is_stored_once(host):
+    assert store(host, "same") == store(host, "same")
+    assert RuleSetVersion.objects.filter(host=host).count() == 1
