@@ -210,6 +210,11 @@ PORTAL_FIREWALL_KNOWN_HOSTS = os.environ.get(
     "PORTAL_FIREWALL_KNOWN_HOSTS", str(VAR_DIR / "lab" / "known_hosts")
 )
 PORTAL_FIREWALL_CONFIRM_WITHIN = env_int("PORTAL_FIREWALL_CONFIRM_WITHIN", 30)
+# Never filtered (the compiler accepts them first); the lab's management net by default.
+PORTAL_MANAGEMENT_NETWORKS = env_list("PORTAL_MANAGEMENT_NETWORKS", "10.255.255.0/28")
+PORTAL_FIREWALL_DEBOUNCE = float(os.environ.get("PORTAL_FIREWALL_DEBOUNCE", "0.3"))
+PORTAL_FIREWALL_LOCK_TTL = env_int("PORTAL_FIREWALL_LOCK_TTL", 60)
+PORTAL_FIREWALL_SYNC = env_bool("PORTAL_FIREWALL_SYNC", default=True)  # network changes -> push
 PORTAL_RULESET_HISTORY = env_int("PORTAL_RULESET_HISTORY", 50)
 PORTAL_HEALTH_CONNTRACK_MAX_RATIO = 0.8  # a push whose host is fuller than this rolls back
 PORTAL_HEALTH_CONNTRACK_WARN = 0.8

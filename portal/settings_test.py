@@ -15,3 +15,6 @@ CACHES["default"]["KEY_PREFIX"] = "portal-test"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+# Network changes are recorded but start no firewall run, except in the pipeline tests
+# (which switch it on and run a real worker).
+PORTAL_FIREWALL_SYNC = False

@@ -21,6 +21,7 @@ def heartbeat(self) -> None:  # type: ignore[no-untyped-def]
 def firewall_health_collect() -> None:
     """Collect every enabled host's health; repair drift by pushing its newest version."""
     from apps.firewall.models import FirewallHost
+    from apps.firewall.pipeline import LockBusy, firewall_lock
     from apps.firewall.services import host_drift_repair
     from apps.health.services import host_drifted, host_health_collect
 
@@ -28,5 +29,9 @@ def firewall_health_collect() -> None:
         sample = host_health_collect(host=host)
         if host_drifted(host=host, sample=sample):
             log.warning("firewall.drift", host=host.name, loaded=sample.loaded_version)
-            outcome = host_drift_repair(host=host)
+            try:
+                with firewall_lock():
+                    outcome = host_drift_repair(host=host)
+            except LockBusy:
+                continue  # a rollout is running; the next collection looks again
             log.info("firewall.drift_repair", host=host.name, ok=bool(outcome and outcome.ok))

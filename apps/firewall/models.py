@@ -102,6 +102,8 @@ class RuleSetVersion(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(_("created"), default=timezone.now)
+    # The database state it was compiled from: every row changed before this is in it.
+    snapshot_at = models.DateTimeField(_("snapshot time"), default=timezone.now)
 
     class Meta:
         ordering = ["-created_at", "-id"]

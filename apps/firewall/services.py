@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from apps.firewall.choices import PushStep
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
@@ -38,10 +40,15 @@ def ruleset_version_store(
     compile_seconds: float,
     cause: str,
     actor: Any = None,
+    snapshot_at: datetime | None = None,
 ) -> RuleSetVersion:
-    """Keep a compiled rule set; the same content again returns the stored version."""
+    """Keep a compiled rule set; the same content again returns the stored version (with the
+    newer snapshot time: it carries every change made up to then)."""
     latest = RuleSetVersion.objects.filter(host=host).first()
     if latest is not None and latest.content_hash == content_hash:
+        if snapshot_at and snapshot_at > latest.snapshot_at:
+            latest.snapshot_at = snapshot_at
+            latest.save(update_fields=["snapshot_at"])
         return latest
     version = RuleSetVersion.objects.create(
         host=host,
@@ -53,6 +60,7 @@ def ruleset_version_store(
         compile_seconds=compile_seconds,
         cause=cause[:500],
         actor=actor if getattr(actor, "pk", None) else None,
+        snapshot_at=snapshot_at or timezone.now(),
     )
     keep = settings.PORTAL_RULESET_HISTORY
     stale = RuleSetVersion.objects.filter(host=host).values_list("pk", flat=True)[keep:]
@@ -203,3 +211,43 @@ def host_drift_repair(*, host: FirewallHost) -> PushOutcome | None:
     if latest is None:
         return None
     return ruleset_push(host=host, version=latest)
+
+
+class CompileError(Exception):
+    """The database cannot be compiled (an inconsistent row); nothing was pushed."""
+
+
+def ruleset_compile(*, cause: str, actor: Any = None) -> list[RuleSetVersion]:
+    """Compile the current database for every enabled host and store the versions."""
+    from apps.firewall.selectors import firewall_snapshot_build, snapshot_data_read
+    from workers.ruleset import SnapshotError, compile_snapshot
+
+    hosts = list(FirewallHost.objects.filter(enabled=True))
+    try:
+        data = snapshot_data_read()
+    except SnapshotError as exc:
+        for host in hosts:
+            host.mark_error(f"compile: {exc}")
+        raise CompileError(str(exc)) from exc
+    versions = []
+    for host in hosts:
+        started = time.monotonic()
+        try:
+            compiled = compile_snapshot(firewall_snapshot_build(host=host, data=data))
+        except SnapshotError as exc:
+            host.mark_error(f"compile: {exc}")
+            raise CompileError(f"{host.name}: {exc}") from exc
+        versions.append(
+            ruleset_version_store(
+                host=host,
+                nft_text=compiled.nft,
+                tc_text=compiled.tc,
+                content_hash=compiled.content_hash,
+                counts=compiled.counts,
+                compile_seconds=round(time.monotonic() - started, 4),
+                cause=cause,
+                actor=actor,
+                snapshot_at=data.taken_at,
+            )
+        )
+    return versions

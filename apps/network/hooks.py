@@ -15,6 +15,7 @@ import redis
 from django.db import transaction
 from django.utils import timezone
 
+from apps.firewall.pipeline import firewall_change_request
 from portal.redis import redis_client
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,9 @@ def network_changed(*, cause: str, actor: Any) -> None:
         client = redis_client()
         client.lpush(CHANGES_KEY, json.dumps(entry))
         client.ltrim(CHANGES_KEY, 0, CHANGES_KEPT - 1)
+        firewall_change_request(cause=f"{cause} (by {name})")
     except redis.RedisError as exc:
+        # The change is committed; the next change or the health beat's drift check carries it.
         logger.warning("network change not recorded in Redis: %s", exc)
 
 

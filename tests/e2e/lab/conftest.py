@@ -39,8 +39,11 @@ def lab():
     finally:
         down = lab_sh("down")
         assert down.returncode == 0, down.stderr
-        leftover = [
-            line for line in run("ip", "netns", "list").stdout.splitlines() if line[:3] == "pl-"
+        lab_names = ("pl-nat1", "pl-nat2", "pl-dorm", "pl-inet", "pl-dev-")
+        leftover = [  # only the lab's own: other suites (pl-c*) manage theirs
+            line.split()[0]
+            for line in run("ip", "netns", "list").stdout.splitlines()
+            if line.split() and line.split()[0].startswith(lab_names)
         ]
         assert not leftover, f"namespaces left behind: {leftover}"
 

@@ -1,45 +1,24 @@
 """A real Celery worker and beat: the status page tells whether they are alive."""
 
 import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from django.urls import reverse
 
 from apps.health.heartbeat import BEAT_KEY, HEARTBEAT_KEY, celery_status
 from portal.redis import redis_client
-
-ROOT = Path(__file__).resolve().parents[3]
-CELERY = str(Path(sys.executable).with_name("celery"))
+from tests.celery_proc import celery_start, celery_stop
 
 
 def start(*args, tmp_path):
-    env = dict(
-        os.environ, DJANGO_SETTINGS_MODULE="portal.settings_test", PORTAL_HEARTBEAT_INTERVAL="1"
-    )
-    log = open(tmp_path / f"{args[0]}.log", "w")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
-        [CELERY, "-A", "portal", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    return celery_start(
+        *args, log=tmp_path / f"{args[0]}.log", env={"PORTAL_HEARTBEAT_INTERVAL": "1"}
     )
 
 
 def stop(proc):
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+    celery_stop(proc)
 
 
 @pytest.fixture

@@ -1,0 +1,71 @@
+"""From "the network changed" to "every firewall runs it": debounce, one run at a time.
+
+A change marks the network dirty and schedules one compile-and-rollout run a moment later, so
+a burst of changes becomes a handful of runs. A run holds a Redis lock with an expiry: a run
+that dies (even by SIGKILL) cannot keep it, and the task is delivered again (acks_late), so the
+system converges. A run clears its "scheduled" mark before it reads the database: a change
+after that point schedules the next run, which waits for the lock and carries it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.conf import settings
+
+from portal.redis import redis_client
+
+LOCK_KEY = "portal:firewall:lock"
+SCHEDULED_KEY = "portal:firewall:scheduled"
+CAUSES_KEY = "portal:firewall:causes"
+
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+class LockBusy(Exception):
+    """Another compile or rollout holds the lock."""
+
+
+@contextmanager
+def firewall_lock(ttl: int | None = None) -> Iterator[str]:
+    """Hold the one compile/rollout lock; it expires by itself if the holder dies."""
+    client = redis_client()
+    token = secrets.token_hex(16)
+    if not client.set(LOCK_KEY, token, nx=True, ex=ttl or settings.PORTAL_FIREWALL_LOCK_TTL):
+        raise LockBusy
+    try:
+        yield token
+    finally:
+        client.eval(_RELEASE, 1, LOCK_KEY, token)
+
+
+def firewall_change_request(*, cause: str) -> bool:
+    """Record a change and schedule a run unless one is already scheduled; True if scheduled."""
+    from workers.firewall import firewall_sync as firewall_sync_task
+
+    client = redis_client()
+    pipe = client.pipeline()
+    pipe.rpush(CAUSES_KEY, cause[:200])
+    pipe.ltrim(CAUSES_KEY, -200, -1)
+    pipe.set(SCHEDULED_KEY, str(time.time()), nx=True, ex=120)
+    scheduled = pipe.execute()[2]
+    if scheduled and settings.PORTAL_FIREWALL_SYNC:
+        firewall_sync_task.apply_async(countdown=settings.PORTAL_FIREWALL_DEBOUNCE)
+    return bool(scheduled)
+
+
+def firewall_causes_take() -> list[str]:
+    """Clear the scheduled mark and take the causes gathered since the last run."""
+    client = redis_client()
+    pipe = client.pipeline()
+    pipe.delete(SCHEDULED_KEY)
+    pipe.lrange(CAUSES_KEY, 0, -1)
+    pipe.delete(CAUSES_KEY)
+    _, causes, _ = pipe.execute()
+    return list(dict.fromkeys(causes))

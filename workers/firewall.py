@@ -1,0 +1,37 @@
+"""Celery tasks of the firewall pipeline: thin wrappers around apps.firewall services."""
+
+from __future__ import annotations
+
+import structlog
+from celery import shared_task
+
+log = structlog.get_logger(__name__)
+
+
+@shared_task(bind=True, max_retries=None, acks_late=True, soft_time_limit=600)
+def firewall_sync(self, cause: str = "") -> None:  # type: ignore[no-untyped-def]
+    """Compile the database for every host and roll it out, one run at a time."""
+    from apps.firewall.pipeline import LockBusy, firewall_causes_take, firewall_lock
+    from apps.firewall.services import CompileError, ruleset_compile, ruleset_rollout
+
+    try:
+        with firewall_lock():
+            causes = firewall_causes_take()
+            summary = "; ".join(causes[:20]) or cause or "sync"
+            try:
+                versions = ruleset_compile(cause=summary)
+            except CompileError as exc:
+                log.error("firewall.compile_failed", error=str(exc))
+                return
+            outcomes = ruleset_rollout(versions=versions)
+            log.info(
+                "firewall.synced",
+                cause=summary,
+                hosts={o.host: ("ok" if o.ok else o.step) for o in outcomes},
+            )
+            if any(o.unreachable for o in outcomes):
+                # Nothing is lost while a host is down: try again with backoff.
+                countdown = min(300, 5 * 2 ** min(self.request.retries, 6))
+                raise self.retry(countdown=countdown, kwargs={"cause": "retry: host unreachable"})
+    except LockBusy:
+        raise self.retry(countdown=1) from None
