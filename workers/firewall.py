@@ -35,3 +35,20 @@ def firewall_sync(self, cause: str = "") -> None:  # type: ignore[no-untyped-def
                 raise self.retry(countdown=countdown, kwargs={"cause": "retry: host unreachable"})
     except LockBusy:
         raise self.retry(countdown=1) from None
+
+
+@shared_task(bind=True, max_retries=None, acks_late=True, soft_time_limit=300)
+def host_rollback(self, host_id: int, version_id: int) -> None:  # type: ignore[no-untyped-def]
+    """Put a stored version back on one host (staff's "roll back to version X")."""
+    from apps.firewall.models import FirewallHost, RuleSetVersion
+    from apps.firewall.pipeline import LockBusy, firewall_lock
+    from apps.firewall.services import host_rollback as rollback
+
+    host = FirewallHost.objects.get(pk=host_id)
+    version = RuleSetVersion.objects.get(pk=version_id, host=host)
+    try:
+        with firewall_lock():
+            outcome = rollback(host=host, version=version)
+    except LockBusy:
+        raise self.retry(countdown=1) from None
+    log.info("firewall.rollback", host=host.name, version=version.pk, ok=outcome.ok)

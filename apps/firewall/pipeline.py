@@ -45,8 +45,9 @@ def firewall_lock(ttl: int | None = None) -> Iterator[str]:
         client.eval(_RELEASE, 1, LOCK_KEY, token)
 
 
-def firewall_change_request(*, cause: str) -> bool:
-    """Record a change and schedule a run unless one is already scheduled; True if scheduled."""
+def firewall_change_request(*, cause: str, force: bool = False) -> bool:
+    """Record a change and schedule a run unless one is already scheduled; True if scheduled.
+    `force` schedules even where automatic runs are switched off (staff's "push now")."""
     from workers.firewall import firewall_sync as firewall_sync_task
 
     client = redis_client()
@@ -55,7 +56,7 @@ def firewall_change_request(*, cause: str) -> bool:
     pipe.ltrim(CAUSES_KEY, -200, -1)
     pipe.set(SCHEDULED_KEY, str(time.time()), nx=True, ex=120)
     scheduled = pipe.execute()[2]
-    if scheduled and settings.PORTAL_FIREWALL_SYNC:
+    if scheduled and (settings.PORTAL_FIREWALL_SYNC or force):
         firewall_sync_task.apply_async(countdown=settings.PORTAL_FIREWALL_DEBOUNCE)
     return bool(scheduled)
 

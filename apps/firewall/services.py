@@ -251,3 +251,38 @@ def ruleset_compile(*, cause: str, actor: Any = None) -> list[RuleSetVersion]:
             )
         )
     return versions
+
+
+@transaction.atomic
+def firewall_push_now(*, actor: Any) -> None:
+    """Staff ask for a compile and rollout now (audited; runs in the worker)."""
+    from apps.audit.services import audit_record
+    from apps.firewall.pipeline import firewall_change_request
+
+    for host in FirewallHost.objects.filter(enabled=True):
+        audit_record(actor=actor, action="firewall.push_now", obj=host)
+    cause = f"push now (by {actor.get_username()})"
+    transaction.on_commit(lambda: firewall_change_request(cause=cause, force=True))
+
+
+@transaction.atomic
+def host_rollback_request(*, host: FirewallHost, version: RuleSetVersion, actor: Any) -> None:
+    """Staff ask to put `version` back on `host` (audited; the worker pushes it under the lock).
+    The next change of the network compiles and pushes the newest state again."""
+    from apps.audit.services import audit_record
+    from workers.firewall import host_rollback as host_rollback_task
+
+    if version.host_id != host.pk:
+        raise ValueError("that version belongs to another host")
+    audit_record(
+        actor=actor,
+        action="firewall.rollback",
+        obj=host,
+        changes={"version": [host.applied_version_id, version.pk]},
+    )
+    transaction.on_commit(lambda: host_rollback_task.delay(host.pk, version.pk))
+
+
+def host_rollback(*, host: FirewallHost, version: RuleSetVersion) -> PushOutcome:
+    """Push an older stored version to one host (the worker calls this under the lock)."""
+    return ruleset_push(host=host, version=version)

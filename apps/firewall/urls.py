@@ -5,6 +5,8 @@ from apps.firewall import views
 app_name = "firewall"
 urlpatterns = [
     path("firewalls/", views.FirewallHostListView.as_view(), name="host_list"),
+    path("firewalls/push-now/", views.PushNowView.as_view(), name="push_now"),
     path("firewalls/<slug:name>/", views.FirewallHostDetailView.as_view(), name="host_detail"),
     path("firewalls/<slug:name>/diff/", views.VersionDiffView.as_view(), name="version_diff"),
+    path("firewalls/<slug:name>/rollback/", views.RollbackView.as_view(), name="rollback"),
 ]

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
 from django.views import View
 
-from apps.accounts.roles import StaffRequiredMixin
+from apps.accounts.roles import Role, RoleRequiredMixin, StaffRequiredMixin, has_role
+from apps.audit.selectors import audit_for_object
 from apps.firewall.models import FirewallHost
 from apps.firewall.selectors import host_push_log, host_versions, version_diff
+from apps.firewall.services import firewall_push_now, host_rollback_request
 from apps.health.selectors import firewall_host_states, host_health_series
 from apps.health.services import host_warnings
 
@@ -39,6 +43,10 @@ class FirewallHostDetailView(StaffRequiredMixin, View):
             "series": host_health_series(host=host),
             "log_page": log_page,
             "versions": versions,
+            "audit": Paginator(audit_for_object(obj=host), 20).get_page(
+                request.GET.get("audit_page")
+            ),
+            "can_push": has_role(request.user, Role.ADMIN),
         }
         return render(request, "firewall/host_detail.html", context)
 
@@ -57,3 +65,36 @@ class VersionDiffView(StaffRequiredMixin, View):
         lines = version_diff(old=old, new=new)
         context = {"host": host, "old": old, "new": new, "lines": list(lines) if lines else None}
         return render(request, "firewall/version_diff.html", context)
+
+
+class PushNowView(RoleRequiredMixin, View):
+    """Admins: compile and roll out now (audited)."""
+
+    required_roles = (Role.ADMIN,)
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        firewall_push_now(actor=request.user)
+        messages.success(request, _("A push to every firewall is on its way."))
+        return redirect("firewall:host_list")
+
+
+class RollbackView(RoleRequiredMixin, View):
+    """Admins: put a stored version back on one host (audited)."""
+
+    required_roles = (Role.ADMIN,)
+
+    def post(self, request: HttpRequest, name: str) -> HttpResponse:
+        host = get_object_or_404(FirewallHost, name=name)
+        try:
+            version = host.versions.defer("nft_text", "tc_text").get(
+                pk=int(request.POST["version"])
+            )
+        except (KeyError, ValueError, host.versions.model.DoesNotExist):
+            raise Http404("no such version of this host") from None
+        host_rollback_request(host=host, version=version, actor=request.user)
+        messages.success(
+            request,
+            _("Version #%(n)s is being put back on %(host)s.")
+            % {"n": version.pk, "host": host.name},
+        )
+        return redirect("firewall:host_detail", name=host.name)

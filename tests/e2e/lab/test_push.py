@@ -99,3 +99,17 @@ def test_failing_health_rolls_the_host_back_and_stops(hosts, settings):
     assert loaded("pl-nat1") == good[0].content_hash
     assert loaded("pl-nat2") == good[1].content_hash
     assert FirewallHost.objects.get(name="pl-nat2").push_status == PushStatus.PENDING
+
+
+def test_staff_rollback_puts_an_older_version_back(hosts):
+    from workers.firewall import host_rollback as host_rollback_task
+
+    first = [version(h) for h in hosts]
+    ruleset_rollout(versions=first)
+    second = [version(h, port=9090) for h in FirewallHost.objects.order_by("rollout_order")]
+    ruleset_rollout(versions=second)
+    assert loaded("pl-nat1") == second[0].content_hash
+    host_rollback_task(hosts[0].pk, first[0].pk)  # what the worker runs
+    assert loaded("pl-nat1") == first[0].content_hash
+    assert FirewallHost.objects.get(name="pl-nat1").applied_version_id == first[0].pk
+    assert loaded("pl-nat2") == second[1].content_hash  # only that host

@@ -126,3 +126,41 @@ def test_version_history_is_bounded_but_keeps_the_running_version(host, settings
 def test_same_content_is_stored_once(host):
     assert store(host, "same") == store(host, "same")
     assert RuleSetVersion.objects.filter(host=host).count() == 1
+
+
+def test_push_now_and_rollback_are_for_admins_and_audited(
+    client_for, host, settings, django_capture_on_commit_callbacks
+):
+    from apps.audit.models import AuditEntry
+    from apps.firewall.pipeline import SCHEDULED_KEY, firewall_causes_take
+    from portal.redis import redis_client
+
+    redis_client().delete(SCHEDULED_KEY)
+    old, new = store(host, "old"), store(host, "new")
+    host.mark_applied(new)
+    for role in ("member", "volunteer", "support"):
+        client = client_for(role)
+        assert client.post(reverse("firewall:push_now")).status_code == 403
+        url = reverse("firewall:rollback", args=[host.name])
+        assert client.post(url, {"version": old.pk}).status_code == 403
+    assert not AuditEntry.objects.exists()
+
+    admin = client_for("admin")
+    settings.PORTAL_FIREWALL_DEBOUNCE = 30  # no worker here; the task would wait anyway
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin.post(reverse("firewall:push_now"), follow=True)
+    assert "A push to every firewall is on its way." in response.content.decode()
+    assert any(c.startswith("push now (by ") for c in firewall_causes_take())
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        page = admin.post(
+            reverse("firewall:rollback", args=[host.name]), {"version": old.pk}, follow=True
+        ).content.decode()
+    assert len(callbacks) == 1  # the rollback task is sent after the commit
+    assert f"Version #{old.pk} is being put back on pl-nat1." in page
+    actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
+    assert actions == ["firewall.push_now", "firewall.rollback"]
+    assert "firewall.rollback" in page  # the host page shows its audit trail
+    other = FirewallHost.objects.create(name="pl-nat2", address="10.255.255.12")
+    foreign = store(other, "theirs")
+    url = reverse("firewall:rollback", args=[host.name])
+    assert admin.post(url, {"version": foreign.pk}).status_code == 404
