@@ -21,11 +21,14 @@ def heartbeat(self) -> None:  # type: ignore[no-untyped-def]
 def firewall_health_collect() -> None:
     """Collect every enabled host's health; repair drift by pushing its newest version."""
     from apps.firewall.models import FirewallHost
-    from apps.firewall.pipeline import LockBusy, firewall_lock
+    from apps.firewall.pipeline import LockBusy, firewall_change_request, firewall_lock
     from apps.firewall.services import host_drift_repair
     from apps.health.services import host_drifted, host_health_collect
 
+    behind = False
     for host in FirewallHost.objects.filter(enabled=True):
+        latest = host.versions.values_list("content_hash", flat=True).first()
+        behind |= latest is None or host.applied_checksum != latest or host.push_status != "applied"
         sample = host_health_collect(host=host)
         if host_drifted(host=host, sample=sample):
             log.warning("firewall.drift", host=host.name, loaded=sample.loaded_version)
@@ -35,3 +38,6 @@ def firewall_health_collect() -> None:
             except LockBusy:
                 continue  # a rollout is running; the next collection looks again
             log.info("firewall.drift_repair", host=host.name, ok=bool(outcome and outcome.ok))
+    if behind:
+        # A host without the newest version (new, back from an outage, failed): converge.
+        firewall_change_request(cause="convergence (health check)")

@@ -25,6 +25,7 @@ if [[ -x deploy/lab/lab.sh ]]; then
   if [[ $(id -u) -eq 0 ]]; then
     if bash deploy/lab/lab.sh up; then
       .venv/bin/python manage.py lab_register
+      .venv/bin/python manage.py firewall_push --cause "make run"
     else
       echo "The firewall lab could not be built; the portal runs without a reachable firewall."
     fi

@@ -37,3 +37,31 @@ def test_missing_or_broken_file_is_a_clear_error(tmp_path):
     with pytest.raises(CommandError, match="'not-an-ip' is not an IPv4 or IPv6 address"):
         call_command("lab_register", file=str(broken))
     assert not FirewallHost.objects.exists()
+
+
+def test_firewall_push_queues_a_run_or_reports_failures_now(settings):
+    from apps.firewall.pipeline import CAUSES_KEY, SCHEDULED_KEY, firewall_causes_take
+    from portal.redis import redis_client
+
+    redis_client().delete(SCHEDULED_KEY, CAUSES_KEY)
+    settings.PORTAL_FIREWALL_DEBOUNCE = 30
+    call_command("firewall_push", cause="test push")
+    assert firewall_causes_take() == ["test push"]
+    # --now against a host nobody answers for: a clear failure, not a traceback.
+    settings.PORTAL_FIREWALL_SSH_KEY = "/nonexistent/key"
+    FirewallHost.objects.create(name="ghost", address="127.0.0.1", port=1)
+    with pytest.raises(CommandError, match="not every firewall runs the new rule set"):
+        call_command("firewall_push", now=True)
+    assert FirewallHost.objects.get(name="ghost").push_status == "unreachable"
+
+
+def test_health_beat_asks_for_a_run_while_a_host_is_behind(settings):
+    from apps.firewall.pipeline import CAUSES_KEY, SCHEDULED_KEY, firewall_causes_take
+    from portal.redis import redis_client
+    from workers.health import firewall_health_collect
+
+    redis_client().delete(SCHEDULED_KEY, CAUSES_KEY)
+    settings.PORTAL_FIREWALL_SSH_KEY = "/nonexistent/key"
+    FirewallHost.objects.create(name="new-host", address="127.0.0.1", port=1)
+    firewall_health_collect()
+    assert "convergence (health check)" in firewall_causes_take()
