@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -115,3 +116,87 @@ def firewall_snapshot_build(*, host: FirewallHost, data: SnapshotData | None = N
         ),
         members=data.members,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Live state of rows (devices, forwards, openings): which hosts enforce their last change.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostLiveState:
+    """One host's view of one row: live since, pending, or failed with a reason."""
+
+    host: str
+    state: str  # "live" | "pending" | "failed"
+    since: datetime | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """A row's state across every enabled host."""
+
+    hosts: tuple[HostLiveState, ...]
+
+    @property
+    def state(self) -> str:
+        states = {h.state for h in self.hosts}
+        if not self.hosts:
+            return "pending"
+        if states == {"live"}:
+            return "live"
+        return "failed" if "failed" in states else "pending"
+
+    @property
+    def since(self) -> datetime | None:
+        """When the last host started enforcing it (live on all since)."""
+        times = [h.since for h in self.hosts if h.since]
+        return max(times) if times and self.state == "live" else None
+
+
+def live_states(*, changed_at: dict[Any, datetime]) -> dict[Any, LiveState]:
+    """For rows last changed at `changed_at[key]`: live on which host since when (2 queries).
+
+    A host enforces a change when the version it confirmed was compiled from a snapshot taken
+    after the change; "since" is that host's first such confirmation."""
+    if not changed_at:
+        return {}
+    hosts = list(
+        FirewallHost.objects.filter(enabled=True).values(
+            "pk",
+            "name",
+            "push_status",
+            "error_reason",
+            "last_push_at",
+            "applied_version__snapshot_at",
+        )
+    )
+    earliest = min(changed_at.values())
+    confirms: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
+    for host_id, at, snapshot_at in (
+        PushLogEntry.objects.filter(step="confirm", ok=True, at__gte=earliest)
+        .order_by("at")
+        .values_list("host_id", "at", "version__snapshot_at")
+    ):
+        if snapshot_at is not None:
+            confirms[host_id].append((at, snapshot_at))
+    result = {}
+    for key, changed in changed_at.items():
+        per_host = []
+        for h in hosts:
+            running = h["applied_version__snapshot_at"]
+            if running is not None and running >= changed:
+                since = next(
+                    (at for at, snap in confirms[h["pk"]] if snap >= changed and at >= changed),
+                    None,
+                )
+                per_host.append(HostLiveState(h["name"], "live", since))
+            elif h["push_status"] in ("error", "unreachable") and (
+                h["last_push_at"] and h["last_push_at"] >= changed
+            ):
+                per_host.append(HostLiveState(h["name"], "failed", reason=h["error_reason"]))
+            else:
+                per_host.append(HostLiveState(h["name"], "pending"))
+        result[key] = LiveState(tuple(per_host))
+    return result

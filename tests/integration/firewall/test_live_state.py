@@ -1,0 +1,75 @@
+"""Live state of a row: pending until a host confirms a version compiled after the change."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.firewall.models import FirewallHost, PushLogEntry
+from apps.firewall.selectors import live_states
+from apps.firewall.services import ruleset_version_store
+
+pytestmark = pytest.mark.django_db
+
+
+def confirm(host, *, snapshot_at, at):
+    version = ruleset_version_store(
+        host=host,
+        nft_text=f"v {snapshot_at}",
+        tc_text="",
+        content_hash=str(at.timestamp()).rjust(64, "0"),
+        counts={},
+        compile_seconds=0,
+        cause="t",
+        snapshot_at=snapshot_at,
+    )
+    host.mark_applied(version)
+    PushLogEntry.objects.create(host=host, version=version, step="confirm", ok=True, at=at)
+    return version
+
+
+def test_pending_then_live_on_each_host_then_live_everywhere():
+    t0 = timezone.now()
+    nat1 = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    nat2 = FirewallHost.objects.create(name="pl-nat2", address="10.255.255.12", rollout_order=1)
+    changed = t0
+    state = live_states(changed_at={"row": changed})["row"]
+    assert state.state == "pending"
+    assert [h.state for h in state.hosts] == ["pending", "pending"]
+
+    confirm(nat1, snapshot_at=t0 - timedelta(seconds=1), at=t0 + timedelta(seconds=1))  # too old
+    assert live_states(changed_at={"row": changed})["row"].state == "pending"
+
+    confirm(nat1, snapshot_at=t0 + timedelta(seconds=1), at=t0 + timedelta(seconds=2))
+    state = live_states(changed_at={"row": changed})["row"]
+    assert [(h.host, h.state) for h in state.hosts] == [("pl-nat1", "live"), ("pl-nat2", "pending")]
+    assert state.hosts[0].since == t0 + timedelta(seconds=2)
+
+    confirm(nat2, snapshot_at=t0 + timedelta(seconds=1), at=t0 + timedelta(seconds=3))
+    confirm(nat1, snapshot_at=t0 + timedelta(seconds=5), at=t0 + timedelta(seconds=6))  # later
+    state = live_states(changed_at={"row": changed})["row"]
+    assert state.state == "live"
+    assert state.since == t0 + timedelta(seconds=3)  # live on all since the last host took it
+    assert state.hosts[0].since == t0 + timedelta(seconds=2)  # first confirmation that carried it
+
+
+def test_a_failed_push_after_the_change_says_why_and_a_rollback_makes_it_pending_again():
+    t0 = timezone.now()
+    nat1 = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    old = confirm(nat1, snapshot_at=t0 - timedelta(seconds=10), at=t0 - timedelta(seconds=9))
+    nat1.mark_error("check: the host refused the rule set: Error: syntax error")
+    state = live_states(changed_at={"row": t0 - timedelta(seconds=1)})["row"]
+    assert state.state == "failed"
+    assert "syntax error" in state.hosts[0].reason
+    confirm(nat1, snapshot_at=t0 + timedelta(seconds=1), at=t0 + timedelta(seconds=2))
+    assert live_states(changed_at={"row": t0})["row"].state == "live"
+    nat1.mark_applied(old)  # staff put the old version back
+    assert live_states(changed_at={"row": t0})["row"].state == "pending"
+
+
+def test_many_rows_cost_two_queries(django_assert_num_queries):
+    FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    now = timezone.now()
+    with django_assert_num_queries(2):
+        states = live_states(changed_at={n: now - timedelta(seconds=n) for n in range(50)})
+    assert len(states) == 50
