@@ -117,6 +117,89 @@ def members_search_and_dashboard() -> Iterable[Row]:
         yield (f"resident dashboard with {devices} device(s)", str(queries), "queries", "constant")
 
 
+def _seeded_database_url(members: int) -> str:
+    """A scratch database with `members` seed_demo members (kept between runs)."""
+    if members == 20000:
+        return _bench_database_url()
+    dbname = f"portal_bench_{members}"
+    url = f"postgresql://portal@/{dbname}?host={ROOT / 'var/run'}"
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="portal.settings", DATABASE_URL=url)
+    subprocess.run(
+        ["createdb", "-h", str(ROOT / "var/run"), "-U", "portal", dbname],
+        check=False,
+        capture_output=True,
+    )
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [sys.executable, "manage.py", "seed_demo", "--members", str(members)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return url
+
+
+@benchmark("Firewall compile from the database (seed_demo data)")
+def firewall_compile_from_database() -> Iterable[Row]:
+    """Database -> snapshot -> nft text at 1,000, 5,000 and 20,000 members, vs a COPY floor."""
+    import json
+
+    for members in (1000, 5000, 20000):
+        env = dict(
+            os.environ,
+            DJANGO_SETTINGS_MODULE="portal.settings",
+            DATABASE_URL=_seeded_database_url(members),
+        )
+        out = subprocess.run(
+            [sys.executable, "-m", "tests.bench.firewall_bench"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        big = members == 20000
+        what = (
+            f"{members:,} members ({r['members']:,} networked, {r['devices']:,} devices, "
+            f"{r['forwards']:,} forwards, {r['openings']:,} openings, {r['shaped']:,} shaped; "
+            f"{r['elements']:,} set elements)"
+        )
+        yield (
+            f"{what}: database -> snapshot",
+            f"{r['db_to_snapshot']:.3f}",
+            "s",
+            "< 1 s" if big else "",
+        )
+        yield (
+            f"{what}: snapshot -> text",
+            f"{r['snapshot_to_text']:.3f}",
+            "s",
+            "< 0.25 s" if big else "",
+        )
+        ratio = r["db_to_text"] / r["copy_floor"] if r["copy_floor"] else 0
+        yield (
+            f"{what}: database -> text, one pass (COPY floor {r['copy_floor']:.3f} s)",
+            f"{r['db_to_text']:.3f} ({ratio:.1f}x floor)",
+            "s",
+            "<= 3x floor",
+        )
+        yield (
+            f"{what}: peak memory of that pass",
+            f"{r['peak_mb']:.0f}",
+            "MB",
+            "< 300 MB" if big else "",
+        )
+        yield (f"{what}: nft text", f"{r['text_mb']:.2f}", "MB", "< 12 MB" if big else "")
+        yield (
+            f"{what}: nft -f into a fresh namespace",
+            f"{r['nft_load']:.2f}",
+            "s",
+            "< 2.5 s" if big else "",
+        )
+
+
 def main() -> None:
     os.environ.setdefault("PGHOST", str(ROOT / "var/run"))
     lines = [
