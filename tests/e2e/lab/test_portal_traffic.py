@@ -93,3 +93,14 @@ def test_a_suspended_members_device_no_longer_gets_out(device_in_lab):
     member_suspend(member=member, reason="unpaid", actor=None)
     call_command("firewall_push", now=True)
     assert seen_source(device.ipv4, 7005).startswith("client failed")
+
+
+def test_lab_register_puts_the_members_devices_into_pl_dorm(hosts):
+    device = device_add(member_active(), "desktop")
+    try:
+        call_command("lab_register")
+        listing = in_ns("pl-dorm", "ip", "-br", "addr").stdout
+        assert device.ipv4 in listing
+        assert device.ipv6 in listing
+    finally:
+        lab_sh("device-del", device.ipv4, device.ipv6)

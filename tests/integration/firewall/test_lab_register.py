@@ -23,19 +23,19 @@ LAB = {
 def test_registers_both_hosts_in_order_and_again_changes_nothing(tmp_path):
     path = tmp_path / "lab.json"
     path.write_text(json.dumps(LAB))
-    call_command("lab_register", file=str(path))
-    call_command("lab_register", file=str(path))
+    call_command("lab_register", file=str(path), no_devices=True)
+    call_command("lab_register", file=str(path), no_devices=True)
     rows = list(FirewallHost.objects.values_list("name", "address", "rollout_order"))
     assert rows == [("pl-nat1", "10.255.255.11", 0), ("pl-nat2", "10.255.255.12", 1)]
 
 
 def test_missing_or_broken_file_is_a_clear_error(tmp_path):
     with pytest.raises(CommandError, match="build the lab first"):
-        call_command("lab_register", file=str(tmp_path / "none.json"))
+        call_command("lab_register", file=str(tmp_path / "none.json"), no_devices=True)
     broken = tmp_path / "lab.json"
     broken.write_text('{"hosts": [{"name": "x", "address": "not-an-ip"}]}')
     with pytest.raises(CommandError, match="'not-an-ip' is not an IPv4 or IPv6 address"):
-        call_command("lab_register", file=str(broken))
+        call_command("lab_register", file=str(broken), no_devices=True)
     assert not FirewallHost.objects.exists()
 
 

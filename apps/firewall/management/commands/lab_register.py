@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +16,22 @@ from django.db import transaction
 
 from apps.firewall.models import FirewallHost
 
+LAB_SCRIPT = Path(settings.BASE_DIR) / "deploy" / "lab" / "lab.sh"
+LAB_MEMBER_NETWORKS = ("10.100.0.0/16", "2001:db8:100::/48")  # the lab contract's member side
+
 
 class Command(BaseCommand):
     help = "Create or update the firewall hosts of the local lab (idempotent)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--file", default=str(settings.VAR_DIR / "lab" / "lab.json"))
+        parser.add_argument(
+            "--no-devices",
+            action="store_true",
+            help="do not put the members' device addresses into pl-dorm",
+        )
 
-    def handle(self, *args: Any, file: str, **options: Any) -> None:
+    def handle(self, *args: Any, file: str, no_devices: bool = False, **options: Any) -> None:
         path = Path(file)
         try:
             lab = json.loads(path.read_text())
@@ -53,3 +63,31 @@ class Command(BaseCommand):
                 )
                 verb = "registered" if created else "up to date"
                 self.stdout.write(f"lab_register: {host.name} ({host.address}) {verb}")
+
+        if not no_devices:
+            self._devices_into_lab()
+
+    def _devices_into_lab(self) -> None:
+        """Give pl-dorm the addresses of the networked devices, so forwards can be tried."""
+        from apps.firewall.selectors import NETWORKED_STATUSES
+        from apps.network.models import Device
+
+        member_side = [ipaddress.ip_network(n) for n in LAB_MEMBER_NETWORKS]
+        addresses = []
+        for pair in Device.objects.filter(member__status__in=NETWORKED_STATUSES).values_list(
+            "ipv4", "ipv6"
+        ):
+            for value in pair:
+                if value and any(ipaddress.ip_address(value) in n for n in member_side):
+                    addresses.append(str(ipaddress.ip_address(value)))
+        for start in range(0, len(addresses), 200):
+            result = subprocess.run(  # noqa: S603 - fixed script, validated addresses as argv
+                ["/bin/bash", str(LAB_SCRIPT), "device-add", *addresses[start : start + 200]],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            if result.returncode != 0:
+                raise CommandError(f"lab.sh device-add failed: {result.stderr.strip()[-500:]}")
+        self.stdout.write(f"lab_register: {len(addresses)} device address(es) in pl-dorm")
