@@ -77,6 +77,16 @@ class _Push:
     def __init__(self, host: FirewallHost, version: RuleSetVersion) -> None:
         self.host, self.version = host, version
 
+    def running_tc(self) -> str | None:
+        """The shaping set-up the host already runs (unchanged shaping needs no tc call)."""
+        if self.host.push_status != "applied" or not self.host.applied_version_id:
+            return None
+        return (
+            RuleSetVersion.objects.filter(pk=self.host.applied_version_id)
+            .values_list("tc_text", flat=True)
+            .first()
+        )
+
     def log(self, step: str, ok: bool, message: str, started: float) -> None:
         PushLogEntry.objects.create(
             host=self.host,
@@ -142,7 +152,7 @@ class _Push:
                 message = f"the host reports version {loaded!r}, expected {version.content_hash}"
                 self.log(PushStep.VERIFY, False, message, time.monotonic())
                 return self.fail(PushStep.VERIFY, message + self.rollback(session))
-            if version.tc_text.strip():
+            if version.tc_text.strip() and version.tc_text != self.running_tc():
                 reply = self.step(session, PushStep.APPLY, "tc-apply", stdin=version.tc_text)
                 if not reply.ok:
                     return self.fail(
