@@ -6,7 +6,16 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from apps.accounts.api import MeAPI
 from apps.health.api import SystemStatusAPI
 from apps.members.api import MemberDetailAPI, MemberListAPI, RoomDetailAPI, RoomListAPI
-from apps.network.api import DeviceDetailAPI, DeviceListAPI
+from apps.network.api import (
+    DeviceDetailAPI,
+    DeviceListAPI,
+    Ipv6OpeningDetailAPI,
+    Ipv6OpeningListAPI,
+    PortForwardDetailAPI,
+    PortForwardListAPI,
+    TestAccessDetailAPI,
+    TestAccessListAPI,
+)
 from apps.tickets.api import IncidentDetailAPI, IncidentListAPI, TicketDetailAPI, TicketListAPI
 
 urlpatterns = [
@@ -18,6 +27,12 @@ urlpatterns = [
     path("rooms/<int:pk>/", RoomDetailAPI.as_view(), name="api-room"),
     path("devices/", DeviceListAPI.as_view(), name="api-devices"),
     path("devices/<int:pk>/", DeviceDetailAPI.as_view(), name="api-device"),
+    path("port-forwards/", PortForwardListAPI.as_view(), name="api-port-forwards"),
+    path("port-forwards/<int:pk>/", PortForwardDetailAPI.as_view(), name="api-port-forward"),
+    path("ipv6-openings/", Ipv6OpeningListAPI.as_view(), name="api-ipv6-openings"),
+    path("ipv6-openings/<int:pk>/", Ipv6OpeningDetailAPI.as_view(), name="api-ipv6-opening"),
+    path("test-accesses/", TestAccessListAPI.as_view(), name="api-test-accesses"),
+    path("test-accesses/<int:pk>/", TestAccessDetailAPI.as_view(), name="api-test-access"),
     path("tickets/", TicketListAPI.as_view(), name="api-tickets"),
     path("tickets/<int:pk>/", TicketDetailAPI.as_view(), name="api-ticket"),
     path("incidents/", IncidentListAPI.as_view(), name="api-incidents"),

@@ -226,6 +226,12 @@ CELERY_BEAT_SCHEDULE["firewall-health"] = {
     "schedule": timedelta(seconds=PORTAL_HEALTH_INTERVAL),
     "options": {"expires": PORTAL_HEALTH_INTERVAL},
 }
+# Test accesses: notices N days before the end (NetworkSettings), expiry after the last day.
+CELERY_BEAT_SCHEDULE["test-access-expire"] = {
+    "task": "workers.network.expire_test_accesses",
+    "schedule": timedelta(minutes=env_int("PORTAL_TEST_ACCESS_INTERVAL_MINUTES", 60)),
+    "options": {"expires": 600},
+}
 
 # --- Authentication -------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [

@@ -128,3 +128,58 @@ def device_add(member: Member, name: str | None = None, mac: str | None = None) 
 
     mac = mac or next_mac()
     return add(member=member, name=name or f"dev-{mac[-5:]}", mac=mac, actor=None)
+
+
+# --- port forwards, openings, test access ------------------------------------------------------
+
+
+def forward_add(
+    member: Member,
+    device: Any = None,
+    ports: str = "8080",
+    protocol: str = "tcp",
+    target: str | None = None,
+    **kwargs: Any,
+) -> Any:
+    """A port forward created through the service (a device is added when none is given)."""
+    from apps.network.ports import PortRange
+    from apps.network.services import port_forward_create
+
+    device = device or device_add(member)
+    return port_forward_create(
+        member=member,
+        device=device,
+        protocol=protocol,
+        public_ports=PortRange.parse(ports),
+        target_ports=PortRange.parse(target) if target else None,
+        actor=kwargs.pop("actor", None),
+        **kwargs,
+    )
+
+
+def opening_add(device: Any, ports: str | None = "443", protocol: str = "tcp", **kw: Any) -> Any:
+    """An IPv6 opening created through the service (`ports=None`: all ports, protocol both)."""
+    from apps.network.ports import PortRange
+    from apps.network.services import ipv6_opening_create
+
+    return ipv6_opening_create(
+        device=device,
+        protocol=protocol if ports else "both",
+        ports=PortRange.parse(ports) if ports else None,
+        actor=kw.pop("actor", None),
+        **kw,
+    )
+
+
+def member_on_test(days: int = 14, **kwargs: Any) -> Member:
+    """A member with a test access until today + `days` (the default profile)."""
+    import datetime as dt
+
+    from apps.members.services import member_test_access_grant
+
+    if not PublicPool.objects.exists():
+        pool_create()
+    member = MemberFactory(**kwargs)
+    return member_test_access_grant(
+        member=member, until=timezone.localdate() + dt.timedelta(days=days), actor=None
+    )

@@ -24,10 +24,11 @@ from apps.members.choices import MemberStatus
 from apps.members.models import Building, Member, Room, RoomStay, StatusChange
 from apps.network.errors import MemberStateError, NetworkError
 from apps.network.hooks import network_changed_on_commit
-from apps.network.models import Device, Subnet
+from apps.network.models import Device, ShapingProfile, Subnet, TestAccess
 from apps.network.services import (
     _device_delete,
     devices_readdress,
+    port_forwards_release,
     public_ipv4_allocate,
     public_ipv4_release,
     room_ipv6_prefix_next,
@@ -174,22 +175,196 @@ def member_check_in(*, member: Member, actor: Any) -> Member:
     if member.checked_in_at is None:
         extra["checked_in_at"] = timezone.now()
     _set_status(member, MemberStatus.ACTIVE, actor=actor, extra=extra)
+    TestAccess.objects.filter(member=member).delete()  # no longer shaped
     network_changed_on_commit(cause=f"member.check_in {member.pk}", actor=actor)
     return member
 
 
-@transaction.atomic
-def member_test_access_grant(*, member: Member, until: dt.date, actor: Any) -> Member:
-    """A test access until `until` (shaped later by the firewall); assigns the public IPv4."""
-    member = _lock(member)
-    _refuse_unless(member, MemberStatus.PENDING, MemberStatus.TEST, action=_("A test access"))
+def _test_access_profile(profile: ShapingProfile | None) -> ShapingProfile:
+    return profile if profile is not None else ShapingProfile.default()
+
+
+def _test_access_until_check(until: dt.date) -> None:
     if until <= timezone.localdate():
         raise MemberStateError(_("The test access must end after today."), field="until")
+
+
+@transaction.atomic
+def member_test_access_grant(
+    *, member: Member, until: dt.date, actor: Any, profile: ShapingProfile | None = None
+) -> Member:
+    """A test access until `until` (its last day), shaped by `profile` (default: the default
+    profile); assigns the public IPv4. Granting again to a test member changes both."""
+    member = _lock(member)
+    _refuse_unless(member, MemberStatus.PENDING, MemberStatus.TEST, action=_("A test access"))
+    _test_access_until_check(until)
+    profile = _test_access_profile(profile)
     room_require_subnet(room=member.room)
     public_ipv4_allocate(member=member, actor=actor)
+    old_profile = TestAccess.objects.filter(member=member).select_related("profile").first()
     _set_status(member, MemberStatus.TEST, actor=actor, extra={"test_access_until": until})
+    TestAccess.objects.update_or_create(
+        member=member,
+        defaults={"profile": profile, "granted_at": timezone.now(), "notice_sent_for": None},
+    )
+    if old_profile is None or old_profile.profile_id != profile.pk:
+        audit_record(
+            actor=actor,
+            action="member.test_access_profile",
+            obj=member,
+            changes={"profile": [old_profile.profile.name if old_profile else None, profile.name]},
+            member=member,
+        )
     network_changed_on_commit(cause=f"member.test_access {member.pk}", actor=actor)
     return member
+
+
+@transaction.atomic
+def member_test_access_extend(
+    *, member: Member, until: dt.date, actor: Any, profile: ShapingProfile | None = None
+) -> Member:
+    """Move the end of a running test access (and change its profile when one is given)."""
+    member = _lock(member)
+    _refuse_unless(member, MemberStatus.TEST, action=_("Extending a test access"))
+    _test_access_until_check(until)
+    access = (
+        TestAccess.objects.select_for_update()
+        .select_related("profile")
+        .filter(member=member)
+        .first()
+    )
+    new_profile = profile or (access.profile if access else _test_access_profile(None))
+    changes = audit_changes(
+        {
+            "test_access_until": member.test_access_until,
+            "profile": access.profile.name if access else None,
+        },
+        {"test_access_until": until, "profile": new_profile.name},
+    )
+    if not changes:
+        return member
+    member.test_access_until = until
+    member.save(update_fields=["test_access_until"])
+    TestAccess.objects.update_or_create(
+        member=member,
+        defaults={
+            "profile": new_profile,
+            "granted_at": access.granted_at if access else timezone.now(),
+        },
+    )
+    audit_record(
+        actor=actor,
+        action="member.test_access_extend",
+        obj=member,
+        changes=changes,
+        member=member,
+    )
+    network_changed_on_commit(cause=f"member.test_access_extend {member.pk}", actor=actor)
+    return member
+
+
+@transaction.atomic
+def member_test_access_end(*, member: Member, actor: Any, note: str = "") -> Member:
+    """End a test access without check-in: back to pending, the public IPv4 into quarantine
+    (its port forwards are disabled with it); the devices stay registered."""
+    member = _lock(member)
+    _refuse_unless(member, MemberStatus.TEST, action=_("Ending a test access"))
+    public_ipv4_release(member=member, actor=actor)
+    TestAccess.objects.filter(member=member).delete()
+    _set_status(
+        member,
+        MemberStatus.PENDING,
+        actor=actor,
+        note=note,
+        extra={"test_access_until": None},
+    )
+    network_changed_on_commit(cause=f"member.test_access_end {member.pk}", actor=actor)
+    return member
+
+
+def expired_test_accesses_end(*, today: dt.date | None = None) -> list[int]:
+    """End every test access whose last day lies before `today` (each in its own transaction,
+    through member_test_access_end: audited, hooked). Returns the member ids."""
+    today = today or timezone.localdate()
+    ended = []
+    for pk in Member.objects.filter(
+        status=MemberStatus.TEST, test_access_until__lt=today
+    ).values_list("pk", flat=True):
+        try:
+            member_test_access_end(member=Member(pk=pk), actor=None, note=_("Test access expired"))
+        except MemberStateError:
+            continue  # checked in or ended meanwhile
+        ended.append(pk)
+    return ended
+
+
+def expiring_test_accesses_notify(*, today: dt.date | None = None) -> list[int]:
+    """Mail each test-access member once, N days (admin setting) before the last day.
+
+    The row remembers the end date it was mailed for, so running again sends nothing, and an
+    extension makes a new notice due. Mail leaves after the commit. Returns the member ids.
+    """
+    from apps.network.models import NetworkSettings
+
+    today = today or timezone.localdate()
+    days = NetworkSettings.load().test_access_notice_days
+    sent = []
+    with transaction.atomic():
+        accesses = (
+            TestAccess.objects.select_for_update(of=("self",), skip_locked=True)
+            .select_related("member__user")
+            .filter(
+                member__status=MemberStatus.TEST,
+                member__test_access_until__gte=today,
+                member__test_access_until__lte=today + dt.timedelta(days=days),
+            )
+            .order_by("member_id")
+        )
+        for access in accesses:
+            until = access.member.test_access_until
+            if access.notice_sent_for == until:
+                continue
+            access.notice_sent_for = until
+            access.save(update_fields=["notice_sent_for"])
+            audit_record(
+                actor=None,
+                action="member.test_access_notice",
+                obj=access.member,
+                changes={"notice_sent_for": [None, until.isoformat()]},
+                member=access.member,
+            )
+            if access.member.user.email:
+                message = _test_access_notice(access.member, until)
+                transaction.on_commit(lambda m=message: m.send(fail_silently=True))
+            sent.append(access.member_id)
+    return sent
+
+
+def _test_access_notice(member: Member, until: dt.date) -> Any:
+    """The notice in English and German (the portal does not know a member's language)."""
+    from django.conf import settings
+    from django.core.mail import EmailMessage
+    from django.utils import formats, translation
+
+    texts, subjects = [], []
+    for language in ("en", "de"):
+        with translation.override(language):
+            date = formats.date_format(until, "DATE_FORMAT")
+            subjects.append(_("Your test access ends on %(date)s") % {"date": date})
+            texts.append(
+                _(
+                    "Hello %(name)s,\n\nyour test access to the dormitory network ends on "
+                    "%(date)s. Come to the office hours before then to be checked in, so that "
+                    "your devices stay online; bring your ID."
+                )
+                % {"name": member, "date": date}
+            )
+    return EmailMessage(
+        subject=" / ".join(dict.fromkeys(subjects)),
+        body="\n\n-- \n\n".join(texts),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[member.user.email],
+    )
 
 
 @transaction.atomic
@@ -249,10 +424,13 @@ def member_end(*, member: Member, actor: Any, note: str = "") -> Member:
     if member.is_ended:
         raise MemberStateError(_("This membership has already ended."))
     now = timezone.now()
+    # Port forwards are disabled and detached before the address goes into quarantine (they
+    # stay as history without a device); the devices' IPv6 openings go with the devices.
+    port_forwards_release(member=member, actor=actor)
     public_ipv4_release(member=member, actor=actor)
     for device in Device.objects.filter(member=member).select_related("member").order_by("id"):
         _device_delete(device=device, actor=actor, action="device.remove")
-    # Port forwards arrive with a later issue; they are disabled here when they exist.
+    TestAccess.objects.filter(member=member).delete()
     _close_stay(member, now)
     _set_status(
         member,

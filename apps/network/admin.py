@@ -1,4 +1,5 @@
-"""Admin for subnets, pools, addresses, devices and the network settings."""
+"""Admin for subnets, pools, addresses, devices, the network settings and policy (blocked
+ports, management networks), shaping profiles; forwards and openings read-only."""
 
 from __future__ import annotations
 
@@ -8,11 +9,24 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _lazy
 
 from apps.members.admin import AuditedAdmin, audit_trail
 from apps.network.errors import NetworkError
-from apps.network.models import Device, NetworkSettings, PublicAddress, PublicPool, Subnet
-from apps.network.services import subnet_create
+from apps.network.models import (
+    BlockedPort,
+    Device,
+    Ipv6Opening,
+    ManagementNetwork,
+    NetworkSettings,
+    PortForward,
+    PublicAddress,
+    PublicPool,
+    ShapingProfile,
+    Subnet,
+    TestAccess,
+)
+from apps.network.services import policy_object_delete, policy_object_save, subnet_create
 
 
 class SubnetForm(forms.ModelForm):
@@ -102,7 +116,14 @@ class DeviceAdmin(PublicAddressAdmin):
 
 @admin.register(NetworkSettings)
 class NetworkSettingsAdmin(AuditedAdmin):
-    list_display = ["__str__", "device_limit", "quarantine_days"]
+    list_display = [
+        "__str__",
+        "device_limit",
+        "port_forward_limit",
+        "ipv6_opening_limit",
+        "quarantine_days",
+        "test_access_notice_days",
+    ]
     readonly_fields = [audit_trail]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -110,3 +131,100 @@ class NetworkSettingsAdmin(AuditedAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class PolicyAdmin(admin.ModelAdmin):
+    """Policy rows: every save and delete goes through the service (audited; recompiles)."""
+
+    readonly_fields = [audit_trail]
+
+    def _fields(self) -> list[str]:
+        return [f.name for f in self.model._meta.concrete_fields if f.name != "id"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        policy_object_save(obj=obj, actor=request.user, fields=self._fields())
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        policy_object_delete(obj=obj, actor=request.user, fields=self._fields())
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+
+class BlockedPortForm(forms.ModelForm):
+    class Meta:
+        model = BlockedPort
+        fields = ["direction", "protocol", "first", "last", "note"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        first, last = data.get("first"), data.get("last")
+        if first is not None and last is not None:
+            from apps.network.ports import PortRange, PortRangeError
+
+            try:
+                PortRange(first, last)
+            except PortRangeError as exc:
+                raise ValidationError({"last": str(exc)}) from None
+        return data
+
+
+@admin.register(BlockedPort)
+class BlockedPortAdmin(PolicyAdmin):
+    form = BlockedPortForm
+    list_display = ["direction", "protocol", "ports", "note"]
+    list_filter = ["direction", "protocol"]
+
+
+@admin.register(ManagementNetwork)
+class ManagementNetworkAdmin(PolicyAdmin):
+    list_display = ["network", "note"]
+
+
+@admin.register(ShapingProfile)
+class ShapingProfileAdmin(PolicyAdmin):
+    list_display = ["name", "down_kbit", "up_kbit", "is_default", "in_use"]
+
+    @admin.display(description=_lazy("test accesses"))
+    def in_use(self, obj: ShapingProfile) -> int:
+        return obj.test_accesses.count()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.test_accesses.exists():
+            return False  # PROTECT: move its test accesses to another profile first
+        return super().has_delete_permission(request, obj)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Read-only: written by residents and volunteers on the member pages (services, audit)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(PortForward)
+class PortForwardAdmin(ReadOnlyAdmin):
+    list_display = ["__str__", "member", "device", "public_address", "enabled", "description"]
+    list_filter = ["protocol", "enabled"]
+    list_select_related = ["member__user", "device", "public_address"]
+    search_fields = ["description", "device__name", "member__user__last_name"]
+
+
+@admin.register(Ipv6Opening)
+class Ipv6OpeningAdmin(ReadOnlyAdmin):
+    list_display = ["__str__", "device", "enabled", "description"]
+    list_filter = ["protocol", "enabled"]
+    list_select_related = ["device"]
+
+
+@admin.register(TestAccess)
+class TestAccessAdmin(ReadOnlyAdmin):
+    list_display = ["member", "profile", "granted_at", "notice_sent_for"]
+    list_select_related = ["member__user", "profile"]

@@ -1,5 +1,6 @@
-"""API: devices. A resident names a device and its MAC (the owner is the caller); staff name
-the member too. Anything the caller may not see answers 404."""
+"""API: devices, port forwards, IPv6 openings, test accesses. A resident works on their own
+objects; staff on anyone's. Anything the caller may not see answers 404; a refused or invalid
+request answers 400 with the field it concerns."""
 
 from __future__ import annotations
 
@@ -9,19 +10,38 @@ import django_filters
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.http import Http404
+from django.utils.translation import gettext
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.accounts.roles import STAFF_ROLES, has_role
+from apps.members.choices import MemberStatus
 from apps.members.models import Member
 from apps.members.selectors import member_of_user
+from apps.members.services import (
+    member_test_access_end,
+    member_test_access_extend,
+    member_test_access_grant,
+)
+from apps.network.choices import Protocol
 from apps.network.errors import NetworkError
 from apps.network.mac import mac_normalize
-from apps.network.models import Device
-from apps.network.services import device_add, device_change, device_remove
+from apps.network.models import Device, Ipv6Opening, PortForward, ShapingProfile
+from apps.network.ports import PortRange, PortRangeError
+from apps.network.services import (
+    device_add,
+    device_change,
+    device_remove,
+    ipv6_opening_change,
+    ipv6_opening_create,
+    ipv6_opening_delete,
+    port_forward_change,
+    port_forward_create,
+    port_forward_delete,
+)
 
 
 class DeviceFilter(django_filters.FilterSet):
@@ -135,4 +155,399 @@ class DeviceDetailAPI(generics.RetrieveAPIView):
     @extend_schema(responses={204: None})
     def delete(self, request: Request, pk: int) -> Response:
         device_remove(device=self.get_object(), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- port forwards, IPv6 openings, test accesses ---------------------------------------------
+
+
+class PortRangeSerializerField(serializers.CharField):
+    """`8080` or `8000-8010` in, a PortRange out; null or "" -> None where allowed."""
+
+    def to_internal_value(self, data: Any) -> PortRange | None:  # type: ignore[override]
+        text = super().to_internal_value(data)
+        if not text:
+            return None
+        if len(text) > 20:
+            raise serializers.ValidationError(
+                gettext("Write a port such as 8080 or a range such as 8000-8010.")
+            )
+        try:
+            return PortRange.parse(text)
+        except PortRangeError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
+def _own_device(request: Request, device_id: int) -> Device:
+    device = Device.objects.visible_to(request.user).select_related("member").filter(pk=device_id)
+    found = device.first()
+    if found is None:
+        raise ValidationError({"device": [gettext("Choose one of your own devices.")]})
+    return found
+
+
+class PortForwardOutputSerializer(serializers.ModelSerializer):
+    member = serializers.IntegerField(source="member_id")
+    device = serializers.IntegerField(source="device_id", allow_null=True)
+    device_name = serializers.CharField(source="device.name", default=None, allow_null=True)
+    public_address = serializers.CharField(
+        source="public_address.address",
+        default=None,
+        allow_null=True,
+        help_text="The member's public IPv4; null once released (the forward is disabled).",
+    )
+    public_ports = serializers.CharField(help_text="8080 or 8000-8010.")
+    target_ports = serializers.CharField(help_text="Ports on the device, as many as public.")
+
+    class Meta:
+        model = PortForward
+        fields = [
+            "id",
+            "member",
+            "device",
+            "device_name",
+            "protocol",
+            "public_address",
+            "public_ports",
+            "public_first",
+            "public_last",
+            "target_ports",
+            "target_first",
+            "target_last",
+            "enabled",
+            "description",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class PortForwardCreateInputSerializer(serializers.Serializer):
+    device = serializers.IntegerField(help_text="One of the member's own devices.")
+    protocol = serializers.ChoiceField(choices=Protocol.choices)
+    public_ports = PortRangeSerializerField(help_text="8080 or 8000-8010.")
+    target_ports = PortRangeSerializerField(
+        required=False, allow_blank=True, allow_null=True, help_text="Default: the public ports."
+    )
+    description = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    enabled = serializers.BooleanField(required=False, default=True)
+
+
+class PortForwardChangeInputSerializer(serializers.Serializer):
+    device = serializers.IntegerField(required=False)
+    protocol = serializers.ChoiceField(choices=Protocol.choices, required=False)
+    public_ports = PortRangeSerializerField(required=False)
+    target_ports = PortRangeSerializerField(required=False)
+    description = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    enabled = serializers.BooleanField(required=False)
+
+
+class PortForwardFilter(django_filters.FilterSet):
+    member = django_filters.NumberFilter(field_name="member_id")
+    device = django_filters.NumberFilter(field_name="device_id")
+    enabled = django_filters.BooleanFilter()
+    protocol = django_filters.ChoiceFilter(choices=Protocol.choices)
+
+    class Meta:
+        model = PortForward
+        fields = ["member", "device", "enabled", "protocol"]
+
+
+def _forwards(actor: Any) -> QuerySet[PortForward]:
+    return (
+        PortForward.objects.visible_to(actor)
+        .select_related("device", "public_address")
+        .order_by("pk")
+    )
+
+
+class PortForwardListAPI(generics.ListAPIView):
+    """Port forwards the caller may see; POST adds one (to the device's member)."""
+
+    serializer_class = PortForwardOutputSerializer
+    filterset_class = PortForwardFilter
+
+    def get_queryset(self) -> QuerySet[PortForward]:
+        return _forwards(self.request.user)
+
+    @extend_schema(
+        request=PortForwardCreateInputSerializer, responses={201: PortForwardOutputSerializer}
+    )
+    def post(self, request: Request) -> Response:
+        data = PortForwardCreateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        device = _own_device(request, values["device"])
+        try:
+            forward = port_forward_create(
+                member=device.member,
+                device=device,
+                protocol=values["protocol"],
+                public_ports=values["public_ports"],
+                target_ports=values.get("target_ports"),
+                description=values.get("description", ""),
+                enabled=values.get("enabled", True),
+                actor=request.user,
+            )
+        except NetworkError as exc:
+            raise _refusal(exc) from None
+        forward = _forwards(request.user).get(pk=forward.pk)
+        return Response(PortForwardOutputSerializer(forward).data, status=status.HTTP_201_CREATED)
+
+
+class PortForwardDetailAPI(generics.RetrieveAPIView):
+    """One forward: read, change / enable / disable (PATCH), delete (DELETE)."""
+
+    serializer_class = PortForwardOutputSerializer
+
+    def get_queryset(self) -> QuerySet[PortForward]:
+        return _forwards(self.request.user)
+
+    @extend_schema(request=PortForwardChangeInputSerializer, responses=PortForwardOutputSerializer)
+    def patch(self, request: Request, pk: int) -> Response:
+        forward = self.get_object()
+        data = PortForwardChangeInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        if "device" in values:
+            values["device"] = _own_device(request, values["device"])
+        try:
+            port_forward_change(forward=forward, actor=request.user, **values)
+        except NetworkError as exc:
+            raise _refusal(exc) from None
+        return Response(PortForwardOutputSerializer(self.get_object()).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, pk: int) -> Response:
+        port_forward_delete(forward=self.get_object(), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class Ipv6OpeningOutputSerializer(serializers.ModelSerializer):
+    member = serializers.IntegerField(source="device.member_id")
+    device = serializers.IntegerField(source="device_id")
+    device_name = serializers.CharField(source="device.name")
+    ports = serializers.CharField(help_text='8080 or 8000-8010; "" means all ports.')
+    all_ports = serializers.BooleanField()
+
+    class Meta:
+        model = Ipv6Opening
+        fields = [
+            "id",
+            "member",
+            "device",
+            "device_name",
+            "protocol",
+            "all_ports",
+            "ports",
+            "port_first",
+            "port_last",
+            "enabled",
+            "description",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class Ipv6OpeningCreateInputSerializer(serializers.Serializer):
+    device = serializers.IntegerField(help_text="One of the member's own devices.")
+    protocol = serializers.ChoiceField(choices=Protocol.choices)
+    ports = PortRangeSerializerField(
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        help_text="8080 or 8000-8010; empty or null: all ports (protocol both).",
+    )
+    description = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    enabled = serializers.BooleanField(required=False, default=True)
+
+
+class Ipv6OpeningChangeInputSerializer(serializers.Serializer):
+    protocol = serializers.ChoiceField(choices=Protocol.choices, required=False)
+    ports = PortRangeSerializerField(required=False, allow_blank=True, allow_null=True)
+    description = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    enabled = serializers.BooleanField(required=False)
+
+
+class Ipv6OpeningFilter(django_filters.FilterSet):
+    member = django_filters.NumberFilter(field_name="device__member_id")
+    device = django_filters.NumberFilter(field_name="device_id")
+    enabled = django_filters.BooleanFilter()
+
+    class Meta:
+        model = Ipv6Opening
+        fields = ["member", "device", "enabled"]
+
+
+def _openings(actor: Any) -> QuerySet[Ipv6Opening]:
+    return Ipv6Opening.objects.visible_to(actor).select_related("device").order_by("pk")
+
+
+class Ipv6OpeningListAPI(generics.ListAPIView):
+    """IPv6 openings the caller may see; POST opens ports (or all ports) of a device."""
+
+    serializer_class = Ipv6OpeningOutputSerializer
+    filterset_class = Ipv6OpeningFilter
+
+    def get_queryset(self) -> QuerySet[Ipv6Opening]:
+        return _openings(self.request.user)
+
+    @extend_schema(
+        request=Ipv6OpeningCreateInputSerializer, responses={201: Ipv6OpeningOutputSerializer}
+    )
+    def post(self, request: Request) -> Response:
+        data = Ipv6OpeningCreateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        device = _own_device(request, values["device"])
+        try:
+            opening = ipv6_opening_create(
+                device=device,
+                protocol=values["protocol"],
+                ports=values.get("ports"),
+                description=values.get("description", ""),
+                enabled=values.get("enabled", True),
+                actor=request.user,
+            )
+        except NetworkError as exc:
+            raise _refusal(exc) from None
+        opening = _openings(request.user).get(pk=opening.pk)
+        return Response(Ipv6OpeningOutputSerializer(opening).data, status=status.HTTP_201_CREATED)
+
+
+class Ipv6OpeningDetailAPI(generics.RetrieveAPIView):
+    """One opening: read, change / enable / disable (PATCH), close (DELETE)."""
+
+    serializer_class = Ipv6OpeningOutputSerializer
+
+    def get_queryset(self) -> QuerySet[Ipv6Opening]:
+        return _openings(self.request.user)
+
+    @extend_schema(request=Ipv6OpeningChangeInputSerializer, responses=Ipv6OpeningOutputSerializer)
+    def patch(self, request: Request, pk: int) -> Response:
+        opening = self.get_object()
+        data = Ipv6OpeningChangeInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            ipv6_opening_change(opening=opening, actor=request.user, **data.validated_data)
+        except NetworkError as exc:
+            raise _refusal(exc) from None
+        return Response(Ipv6OpeningOutputSerializer(self.get_object()).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, pk: int) -> Response:
+        ipv6_opening_delete(opening=self.get_object(), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TestAccessOutputSerializer(serializers.Serializer):
+    __test__ = False  # not a pytest class
+
+    member = serializers.IntegerField(source="pk")
+    status = serializers.CharField()
+    until = serializers.DateField(source="test_access_until", help_text="The last day.")
+    profile = serializers.IntegerField(source="test_access.profile_id", default=None)
+    profile_name = serializers.CharField(source="test_access.profile.name", default=None)
+    down_kbit = serializers.IntegerField(source="test_access.profile.down_kbit", default=None)
+    up_kbit = serializers.IntegerField(source="test_access.profile.up_kbit", default=None)
+    notice_sent = serializers.SerializerMethodField()
+
+    def get_notice_sent(self, member: Member) -> bool:
+        access = getattr(member, "test_access", None)
+        return bool(access and access.notice_sent_for == member.test_access_until)
+
+
+class TestAccessInputSerializer(serializers.Serializer):
+    __test__ = False  # not a pytest class
+
+    member = serializers.IntegerField(required=False, help_text="POST only.")
+    until = serializers.DateField(help_text="The last day (after today).")
+    profile = serializers.IntegerField(required=False, help_text="Default: the default profile.")
+
+
+def _test_accesses(actor: Any) -> QuerySet[Member]:
+    return (
+        Member.objects.visible_to(actor)
+        .filter(status=MemberStatus.TEST)
+        .select_related("test_access__profile")
+        .order_by("test_access_until", "pk")
+    )
+
+
+def _profile(profile_id: int | None) -> ShapingProfile | None:
+    if profile_id is None:
+        return None
+    profile = ShapingProfile.objects.filter(pk=profile_id).first()
+    if profile is None:
+        raise ValidationError({"profile": [gettext("There is no such shaping profile.")]})
+    return profile
+
+
+class TestAccessListAPI(generics.ListAPIView):
+    """Running test accesses (a member: their own), soonest end first; staff POST grants one."""
+
+    __test__ = False  # not a pytest class
+    serializer_class = TestAccessOutputSerializer
+
+    def get_queryset(self) -> QuerySet[Member]:
+        return _test_accesses(self.request.user)
+
+    @extend_schema(request=TestAccessInputSerializer, responses={201: TestAccessOutputSerializer})
+    def post(self, request: Request) -> Response:
+        if not has_role(request.user, *STAFF_ROLES):
+            raise PermissionDenied
+        data = TestAccessInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        member = Member.objects.visible_to(request.user).filter(pk=values.get("member")).first()
+        if member is None:
+            raise ValidationError({"member": [gettext("There is no such member.")]})
+        try:
+            member_test_access_grant(
+                member=member,
+                until=values["until"],
+                profile=_profile(values.get("profile")),
+                actor=request.user,
+            )
+        except NetworkError as exc:
+            raise _refusal(exc) from None
+        member = _test_accesses(request.user).get(pk=member.pk)
+        return Response(TestAccessOutputSerializer(member).data, status=status.HTTP_201_CREATED)
+
+
+class TestAccessDetailAPI(generics.RetrieveAPIView):
+    """One running test access by member id; staff extend it (PATCH) or end it (DELETE)."""
+
+    __test__ = False  # not a pytest class
+    serializer_class = TestAccessOutputSerializer
+
+    def get_queryset(self) -> QuerySet[Member]:
+        return _test_accesses(self.request.user)
+
+    @extend_schema(request=TestAccessInputSerializer, responses=TestAccessOutputSerializer)
+    def patch(self, request: Request, pk: int) -> Response:
+        member = self.get_object()
+        if not has_role(request.user, *STAFF_ROLES):
+            raise PermissionDenied
+        data = TestAccessInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            member_test_access_extend(
+                member=member,
+                until=data.validated_data["until"],
+                profile=_profile(data.validated_data.get("profile")),
+                actor=request.user,
+            )
+        except NetworkError as exc:
+            raise _refusal(exc) from None
+        return Response(TestAccessOutputSerializer(self.get_object()).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, pk: int) -> Response:
+        member = self.get_object()
+        if not has_role(request.user, *STAFF_ROLES):
+            raise PermissionDenied
+        try:
+            member_test_access_end(member=member, actor=request.user)
+        except NetworkError as exc:
+            raise _refusal(exc) from None
         return Response(status=status.HTTP_204_NO_CONTENT)

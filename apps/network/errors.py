@@ -48,3 +48,31 @@ class DeviceNameInUse(NetworkError):
 
 class MemberStateError(NetworkError):
     """The action does not fit the membership's status."""
+
+
+class PortForwardConflict(NetworkError):
+    """The ports overlap another forward on the same public address and protocol."""
+
+    field = "public_ports"
+
+
+class PortRangeInvalid(NetworkError):
+    """A port or range that cannot be used (unequal lengths, blocked by the policy, ...)."""
+
+    field = "public_ports"
+
+
+class DeviceNotUsable(NetworkError):
+    """Someone else's device, or a device whose membership cannot use it now."""
+
+    field = "device"
+
+
+class LimitReached(NetworkError):
+    """The member has as many forwards (or openings) as the policy allows."""
+
+
+class Ipv6OpeningConflict(NetworkError):
+    """The ports overlap another opening of the same device."""
+
+    field = "ports"

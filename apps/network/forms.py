@@ -1,13 +1,17 @@
-"""Device input: a name and a MAC in any common notation."""
+"""Device, port forward, IPv6 opening and test access input (validation only)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from apps.network.choices import Protocol
 from apps.network.mac import mac_normalize, mac_validate_unicast
+from apps.network.models import Device, ShapingProfile
+from apps.network.ports import PortRange, PortRangeError
 
 
 class DeviceForm(forms.Form):
@@ -35,3 +39,122 @@ class CsvImportForm(forms.Form):
             "first; the subnet columns are optional)."
         ),
     )
+
+
+class PortRangeField(forms.CharField):
+    """`8080` or `8000-8010` (spaces tolerated); cleans to a PortRange (None when empty)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 20)
+        super().__init__(**kwargs)
+
+    def clean(self, value: Any) -> PortRange | None:
+        text = super().clean(value)
+        if not text:
+            return None
+        try:
+            return PortRange.parse(text)
+        except PortRangeError as exc:
+            raise forms.ValidationError(str(exc), code="invalid") from None
+
+
+class DeviceChoiceField(forms.ModelChoiceField):
+    """The member's devices by name."""
+
+    def label_from_instance(self, obj: Any) -> str:
+        return str(obj.name)
+
+
+class _OwnDeviceForm(forms.Form):
+    device = DeviceChoiceField(
+        label=_("Device"),
+        queryset=Device.objects.none(),
+        error_messages={"invalid_choice": _("Choose one of your own devices.")},
+    )
+
+    def __init__(self, *args: Any, devices: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = cast(forms.ModelChoiceField, self.fields["device"])
+        field.queryset = devices if devices is not None else Device.objects.none()
+        field.empty_label = None
+
+
+class PortForwardForm(_OwnDeviceForm):
+    protocol = forms.ChoiceField(label=_("Protocol"), choices=Protocol.choices)
+    public_ports = PortRangeField(
+        label=_("Public port(s)"), help_text=_("A port such as 8080 or a range such as 8000-8010.")
+    )
+    target_ports = PortRangeField(
+        label=_("Port(s) on the device"),
+        required=False,
+        help_text=_("Empty: the same as the public ports."),
+    )
+    description = forms.CharField(label=_("Description"), max_length=100, required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        public, target = data.get("public_ports"), data.get("target_ports")
+        if public is not None and target is not None and public.size != target.size:
+            self.add_error(
+                "target_ports",
+                _(
+                    "As many ports as the public ones: %(public)s is %(n)d port(s), "
+                    "%(target)s is %(m)d."
+                )
+                % {"public": public, "n": public.size, "target": target, "m": target.size},
+            )
+        return data
+
+
+class Ipv6OpeningForm(_OwnDeviceForm):
+    protocol = forms.ChoiceField(label=_("Protocol"), choices=Protocol.choices)
+    ports = PortRangeField(
+        label=_("Port(s)"),
+        required=False,
+        help_text=_("8080 or 8000-8010; empty opens all ports (TCP and UDP)."),
+    )
+    description = forms.CharField(label=_("Description"), max_length=100, required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if (
+            "ports" in data
+            and data.get("ports") is None
+            and data.get("protocol") not in (None, Protocol.BOTH)
+        ):
+            self.add_error(
+                "ports",
+                _("Give a port or range; all ports can only be opened for TCP and UDP together."),
+            )
+        return data
+
+
+class TestAccessForm(forms.Form):
+    """Grant or extend a test access: the last day and the shaping profile."""
+
+    __test__ = False  # not a pytest class
+
+    until = forms.DateField(
+        label=_("Test access until"), widget=forms.DateInput(attrs={"type": "date"})
+    )
+    profile = forms.ModelChoiceField(
+        label=_("Shaping profile"), queryset=ShapingProfile.objects.none(), empty_label=None
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from apps.network.selectors import shaping_profiles
+
+        field = cast(forms.ModelChoiceField, self.fields["profile"])
+        field.queryset = shaping_profiles()
+
+    def clean_until(self) -> Any:
+        until = self.cleaned_data["until"]
+        if until <= timezone.localdate():
+            raise forms.ValidationError(_("The test access must end after today."))
+        return until
+
+
+class TestAccessEndForm(forms.Form):
+    __test__ = False  # not a pytest class
+    note = forms.CharField(label=_("Note (optional)"), max_length=200, required=False)

@@ -10,4 +10,56 @@ urlpatterns = [
     path("members/<int:member_pk>/devices/add/", views.DeviceAddView.as_view(), name="device_add"),
     path("devices/<int:pk>/edit/", views.DeviceEditView.as_view(), name="device_edit"),
     path("devices/<int:pk>/remove/", views.DeviceRemoveView.as_view(), name="device_remove"),
+    # port forwards
+    path(
+        "members/<int:member_pk>/port-forwards/",
+        views.ForwardSectionView.as_view(),
+        name="forward_section",
+    ),
+    path(
+        "members/<int:member_pk>/port-forwards/add/",
+        views.ForwardAddView.as_view(),
+        name="forward_add",
+    ),
+    path("port-forwards/<int:pk>/edit/", views.ForwardEditView.as_view(), name="forward_edit"),
+    path(
+        "port-forwards/<int:pk>/toggle/", views.ForwardToggleView.as_view(), name="forward_toggle"
+    ),
+    path(
+        "port-forwards/<int:pk>/delete/", views.ForwardDeleteView.as_view(), name="forward_delete"
+    ),
+    # IPv6 openings
+    path(
+        "members/<int:member_pk>/ipv6-openings/",
+        views.OpeningSectionView.as_view(),
+        name="opening_section",
+    ),
+    path(
+        "members/<int:member_pk>/ipv6-openings/add/",
+        views.OpeningAddView.as_view(),
+        name="opening_add",
+    ),
+    path("ipv6-openings/<int:pk>/edit/", views.OpeningEditView.as_view(), name="opening_edit"),
+    path(
+        "ipv6-openings/<int:pk>/toggle/", views.OpeningToggleView.as_view(), name="opening_toggle"
+    ),
+    path(
+        "ipv6-openings/<int:pk>/delete/", views.OpeningDeleteView.as_view(), name="opening_delete"
+    ),
+    # test access (staff)
+    path(
+        "office-hours/test-accesses/",
+        views.TestAccessListView.as_view(),
+        name="test_access_list",
+    ),
+    path(
+        "office-hours/members/<int:member_pk>/test-access/",
+        views.TestAccessActionView.as_view(),
+        name="test_access_section",
+    ),
+    path(
+        "office-hours/members/<int:member_pk>/test-access/<str:action>/",
+        views.TestAccessActionView.as_view(),
+        name="test_access_action",
+    ),
 ]

@@ -1,23 +1,61 @@
-"""Device add / rename / remove, inline with htmx on the dashboard and the member page."""
+"""Devices, port forwards and IPv6 openings inline with htmx on the dashboard and the member
+page; test accesses on the member page and the list of those ending soon (staff)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext, ngettext
 from django.views import View
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from apps.accounts.roles import STAFF_ROLES, has_role
+from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role
 from apps.members.models import Member
 from apps.members.selectors import member_devices, member_get
+from apps.members.services import (
+    member_test_access_end,
+    member_test_access_extend,
+    member_test_access_grant,
+)
 from apps.network.errors import NetworkError
-from apps.network.forms import DeviceForm
-from apps.network.models import Device, NetworkSettings
-from apps.network.services import device_add, device_change, device_remove
+from apps.network.forms import (
+    DeviceForm,
+    Ipv6OpeningForm,
+    PortForwardForm,
+    TestAccessEndForm,
+    TestAccessForm,
+)
+from apps.network.models import Device, Ipv6Opening, NetworkSettings, PortForward
+from apps.network.selectors import (
+    blocked_inbound,
+    by_device,
+    expiring_test_accesses,
+    member_ipv6_openings,
+    member_port_forwards,
+    member_test_access,
+    shaping_profiles,
+)
+from apps.network.services import (
+    device_add,
+    device_change,
+    device_remove,
+    ipv6_opening_change,
+    ipv6_opening_create,
+    ipv6_opening_delete,
+    member_can_forward,
+    port_forward_change,
+    port_forward_create,
+    port_forward_delete,
+)
 
 
 def devices_context(
@@ -28,11 +66,20 @@ def devices_context(
     editing: int | None = None,
     edit_form: DeviceForm | None = None,
     notice: str = "",
+    sections: bool = True,
 ) -> dict[str, Any]:
-    """What the devices section needs (the same on the dashboard and the member page)."""
+    """What the devices section needs (the same on the dashboard and the member page); with
+    `sections`, also the forwards, openings and test-access sections of the whole page."""
     devices = list(member_devices(actor=request.user, member=member))
     limit = NetworkSettings.load().device_limit
+    extra: dict[str, Any] = {}
+    if sections:
+        extra.update(forwards_context(request=request, member=member, devices=devices))
+        extra.update(openings_context(request=request, member=member, devices=devices))
+        if has_role(request.user, *STAFF_ROLES):
+            extra.update(member_test_access_context(request=request, member=member))
     return {
+        **extra,
         "member": member,
         "devices": devices,
         "device_form": form or DeviceForm(),
@@ -61,8 +108,12 @@ def _device_or_404(request: HttpRequest, pk: int) -> Device:
 def _section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
     """The devices section for htmx; a redirect to the page it lives on otherwise."""
     if request.htmx:
-        context = devices_context(request=request, member=member, **kwargs)
-        return render(request, "network/partials/devices.html", context)
+        context = devices_context(request=request, member=member, sections=False, **kwargs)
+        response = render(request, "network/partials/devices.html", context)
+        if request.method == "POST" and not kwargs.get("editing"):
+            # Forwards and openings offer the devices (and lose those removed): refresh them.
+            trigger_client_event(response, "devicesChanged")
+        return response
     if has_role(request.user, *STAFF_ROLES):
         return redirect("members:member_detail", pk=member.pk)
     return redirect(reverse("members:dashboard") + "#devices")
@@ -142,3 +193,487 @@ class DeviceRemoveView(LoginRequiredMixin, View):
         member = device.member
         device_remove(device=device, actor=request.user)
         return _section(request, member)
+
+
+# --- port forwards and IPv6 openings ----------------------------------------------------------
+
+
+def forwards_context(
+    *,
+    request: HttpRequest,
+    member: Member,
+    devices: list[Device] | None = None,
+    form: PortForwardForm | None = None,
+    editing: int | None = None,
+    edit_form: PortForwardForm | None = None,
+    notice: str = "",
+) -> dict[str, Any]:
+    """The port-forwards section: forwards grouped by device, the add form, the limit."""
+    if devices is None:
+        devices = list(member_devices(actor=request.user, member=member))
+    forwards = list(member_port_forwards(actor=request.user, member=member))
+    limit = NetworkSettings.load().port_forward_limit
+    usable = member_can_forward(member)
+    choices = member_devices(actor=request.user, member=member)
+    return {
+        "member": member,
+        "forward_groups": by_device(forwards, devices),
+        "forward_count": len(forwards),
+        "forward_limit": limit,
+        "forward_form": form or PortForwardForm(devices=choices, initial={"protocol": "tcp"}),
+        "forward_editing": editing,
+        "forward_edit_form": edit_form,
+        "forward_notice": notice,
+        "forwards_usable": usable,
+        "can_add_forward": usable and bool(devices) and len(forwards) < limit,
+        "has_devices": bool(devices),
+        "blocked_inbound": list(blocked_inbound()),
+    }
+
+
+def openings_context(
+    *,
+    request: HttpRequest,
+    member: Member,
+    devices: list[Device] | None = None,
+    form: Ipv6OpeningForm | None = None,
+    editing: int | None = None,
+    edit_form: Ipv6OpeningForm | None = None,
+    notice: str = "",
+) -> dict[str, Any]:
+    """The IPv6-openings section: openings grouped by device, the add form, the limit."""
+    if devices is None:
+        devices = list(member_devices(actor=request.user, member=member))
+    openings = list(member_ipv6_openings(actor=request.user, member=member))
+    limit = NetworkSettings.load().ipv6_opening_limit
+    usable = member_can_forward(member)
+    with_ipv6 = [d for d in devices if d.ipv6]
+    choices = member_devices(actor=request.user, member=member).exclude(ipv6__isnull=True)
+    return {
+        "member": member,
+        "opening_groups": by_device(openings, devices),
+        "opening_count": len(openings),
+        "opening_limit": limit,
+        "opening_form": form or Ipv6OpeningForm(devices=choices, initial={"protocol": "tcp"}),
+        "opening_editing": editing,
+        "opening_edit_form": edit_form,
+        "opening_notice": notice,
+        "openings_usable": usable,
+        "can_add_opening": usable and bool(with_ipv6) and len(openings) < limit,
+        "has_ipv6_devices": bool(with_ipv6),
+    }
+
+
+def _redirect_to(request: HttpRequest, member: Member, anchor: str) -> HttpResponse:
+    if has_role(request.user, *STAFF_ROLES):
+        return redirect(reverse("members:member_detail", args=[member.pk]) + f"#{anchor}")
+    return redirect(reverse("members:dashboard") + f"#{anchor}")
+
+
+def _forwards_section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
+    if request.htmx:
+        context = forwards_context(request=request, member=member, **kwargs)
+        return render(request, "network/partials/forwards.html", context)
+    return _redirect_to(request, member, "port-forwards")
+
+
+def _openings_section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
+    if request.htmx:
+        context = openings_context(request=request, member=member, **kwargs)
+        return render(request, "network/partials/openings.html", context)
+    return _redirect_to(request, member, "ipv6-openings")
+
+
+def _forward_or_404(request: HttpRequest, pk: int) -> PortForward:
+    try:
+        return (
+            PortForward.objects.visible_to(request.user)
+            .select_related("member", "device")
+            .get(pk=pk)
+        )
+    except PortForward.DoesNotExist:
+        raise Http404 from None
+
+
+def _opening_or_404(request: HttpRequest, pk: int) -> Ipv6Opening:
+    try:
+        return (
+            Ipv6Opening.objects.visible_to(request.user).select_related("device__member").get(pk=pk)
+        )
+    except Ipv6Opening.DoesNotExist:
+        raise Http404 from None
+
+
+def _form_refused(request: HttpRequest, form: forms.Form, exc: NetworkError) -> None:
+    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+    if not request.htmx:
+        messages.error(request, exc.message)
+
+
+def _form_errors_to_messages(request: HttpRequest, form: forms.Form) -> None:
+    if not request.htmx:
+        for error in form.errors.values():
+            messages.error(request, " ".join(error))
+
+
+class ForwardSectionView(LoginRequiredMixin, View):
+    """GET: the port-forwards section again (after a device change, or to cancel an edit)."""
+
+    def get(self, request: HttpRequest, member_pk: int) -> HttpResponse:
+        return _forwards_section(request, _member_or_404(request, member_pk))
+
+
+class ForwardAddView(LoginRequiredMixin, View):
+    """POST: a new forward for the member (residents: only themselves)."""
+
+    def post(self, request: HttpRequest, member_pk: int) -> HttpResponse:
+        member = _member_or_404(request, member_pk)
+        form = PortForwardForm(
+            request.POST, devices=member_devices(actor=request.user, member=member)
+        )
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                forward = port_forward_create(
+                    member=member,
+                    device=data["device"],
+                    protocol=data["protocol"],
+                    public_ports=data["public_ports"],
+                    target_ports=data["target_ports"],
+                    description=data["description"],
+                    actor=request.user,
+                )
+            except NetworkError as exc:
+                _form_refused(request, form, exc)
+            else:
+                notice = _forward_added(forward)
+                if not request.htmx:
+                    messages.success(request, notice)
+                return _forwards_section(request, member, notice=notice)
+        _form_errors_to_messages(request, form)
+        return _forwards_section(request, member, form=form)
+
+
+def _forward_added(forward: PortForward) -> str:
+    return gettext("Forward %(protocol)s %(ports)s → %(device)s added.") % {
+        "protocol": forward.get_protocol_display(),
+        "ports": forward.public_ports,
+        "device": forward.device.name if forward.device else "—",
+    }
+
+
+class ForwardEditView(LoginRequiredMixin, View):
+    """GET: the row as a form; POST: change the forward."""
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        forward = _forward_or_404(request, pk)
+        form = PortForwardForm(
+            devices=member_devices(actor=request.user, member=forward.member),
+            initial={
+                "device": forward.device_id,
+                "protocol": forward.protocol,
+                "public_ports": forward.public_ports,
+                "target_ports": forward.target_ports,
+                "description": forward.description,
+            },
+        )
+        return _forwards_section(request, forward.member, editing=forward.pk, edit_form=form)
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        forward = _forward_or_404(request, pk)
+        member = forward.member
+        form = PortForwardForm(
+            request.POST, devices=member_devices(actor=request.user, member=member)
+        )
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                port_forward_change(
+                    forward=forward,
+                    device=data["device"],
+                    protocol=data["protocol"],
+                    public_ports=data["public_ports"],
+                    target_ports=data["target_ports"] or data["public_ports"],
+                    description=data["description"],
+                    actor=request.user,
+                )
+            except NetworkError as exc:
+                _form_refused(request, form, exc)
+            else:
+                return _forwards_section(request, member, notice=gettext("Forward saved."))
+        _form_errors_to_messages(request, form)
+        return _forwards_section(request, member, editing=forward.pk, edit_form=form)
+
+
+class ForwardToggleView(LoginRequiredMixin, View):
+    """POST: enable or disable the forward (`enabled` = 1 or 0)."""
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        forward = _forward_or_404(request, pk)
+        enabled = request.POST.get("enabled") == "1"
+        try:
+            port_forward_change(forward=forward, enabled=enabled, actor=request.user)
+        except NetworkError as exc:
+            if not request.htmx:
+                messages.error(request, exc.message)
+            return _forwards_section(request, forward.member, notice=exc.message)
+        notice = gettext("Forward enabled.") if enabled else gettext("Forward disabled.")
+        return _forwards_section(request, forward.member, notice=notice)
+
+
+class ForwardDeleteView(LoginRequiredMixin, View):
+    """POST: delete the forward."""
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        forward = _forward_or_404(request, pk)
+        member = forward.member
+        port_forward_delete(forward=forward, actor=request.user)
+        return _forwards_section(request, member, notice=gettext("Forward deleted."))
+
+
+class OpeningSectionView(LoginRequiredMixin, View):
+    """GET: the IPv6-openings section again."""
+
+    def get(self, request: HttpRequest, member_pk: int) -> HttpResponse:
+        return _openings_section(request, _member_or_404(request, member_pk))
+
+
+def _opening_devices(request: HttpRequest, member: Member) -> Any:
+    return member_devices(actor=request.user, member=member).exclude(ipv6__isnull=True)
+
+
+class OpeningAddView(LoginRequiredMixin, View):
+    """POST: a new IPv6 opening for one of the member's devices."""
+
+    def post(self, request: HttpRequest, member_pk: int) -> HttpResponse:
+        member = _member_or_404(request, member_pk)
+        form = Ipv6OpeningForm(request.POST, devices=_opening_devices(request, member))
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                ipv6_opening_create(
+                    device=data["device"],
+                    protocol=data["protocol"],
+                    ports=data["ports"],
+                    description=data["description"],
+                    actor=request.user,
+                )
+            except NetworkError as exc:
+                _form_refused(request, form, exc)
+            else:
+                notice = gettext("Opening added.")
+                if not request.htmx:
+                    messages.success(request, notice)
+                return _openings_section(request, member, notice=notice)
+        _form_errors_to_messages(request, form)
+        return _openings_section(request, member, form=form)
+
+
+class OpeningEditView(LoginRequiredMixin, View):
+    """GET: the row as a form; POST: change the opening (device stays)."""
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        opening = _opening_or_404(request, pk)
+        member = opening.device.member
+        form = Ipv6OpeningForm(
+            devices=_opening_devices(request, member),
+            initial={
+                "device": opening.device_id,
+                "protocol": opening.protocol,
+                "ports": opening.ports,
+                "description": opening.description,
+            },
+        )
+        return _openings_section(request, member, editing=opening.pk, edit_form=form)
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        opening = _opening_or_404(request, pk)
+        member = opening.device.member
+        post = request.POST.copy()
+        post["device"] = str(opening.device_id)
+        form = Ipv6OpeningForm(post, devices=_opening_devices(request, member))
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                ipv6_opening_change(
+                    opening=opening,
+                    protocol=data["protocol"],
+                    ports=data["ports"],
+                    description=data["description"],
+                    actor=request.user,
+                )
+            except NetworkError as exc:
+                _form_refused(request, form, exc)
+            else:
+                return _openings_section(request, member, notice=gettext("Opening saved."))
+        _form_errors_to_messages(request, form)
+        return _openings_section(request, member, editing=opening.pk, edit_form=form)
+
+
+class OpeningToggleView(LoginRequiredMixin, View):
+    """POST: enable or disable the opening."""
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        opening = _opening_or_404(request, pk)
+        member = opening.device.member
+        enabled = request.POST.get("enabled") == "1"
+        try:
+            ipv6_opening_change(opening=opening, enabled=enabled, actor=request.user)
+        except NetworkError as exc:
+            if not request.htmx:
+                messages.error(request, exc.message)
+            return _openings_section(request, member, notice=exc.message)
+        notice = gettext("Opening enabled.") if enabled else gettext("Opening disabled.")
+        return _openings_section(request, member, notice=notice)
+
+
+class OpeningDeleteView(LoginRequiredMixin, View):
+    """POST: close (delete) the opening."""
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        opening = _opening_or_404(request, pk)
+        member = opening.device.member
+        ipv6_opening_delete(opening=opening, actor=request.user)
+        return _openings_section(request, member, notice=gettext("Opening deleted."))
+
+
+# --- test access (staff) ----------------------------------------------------------------------
+
+
+def member_test_access_context(
+    *,
+    request: HttpRequest,
+    member: Member,
+    grant_form: TestAccessForm | None = None,
+    extend_form: TestAccessForm | None = None,
+    end_form: TestAccessEndForm | None = None,
+    open_form: str = "",
+    notice: str = "",
+) -> dict[str, Any]:
+    """The test-access section of the member page."""
+    access = member_test_access(member=member)
+    initial_until = member.test_access_until or (timezone.localdate() + dt.timedelta(days=14))
+    profile = access.profile if access else shaping_profiles().first()
+    return {
+        "test_access": access,
+        "test_access_grant_form": grant_form
+        or TestAccessForm(
+            initial={"until": timezone.localdate() + dt.timedelta(days=14), "profile": profile},
+            prefix="grant",
+        ),
+        "test_access_extend_form": extend_form
+        or TestAccessForm(
+            initial={"until": initial_until + dt.timedelta(days=7), "profile": profile},
+            prefix="extend",
+        ),
+        "test_access_end_form": end_form or TestAccessEndForm(prefix="end"),
+        "test_access_open": open_form,
+        "test_access_notice": notice,
+    }
+
+
+class StaffMemberMixin(LoginRequiredMixin):
+    """Member tools for staff; anyone else gets 404 like for any object that is not theirs."""
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if request.user.is_authenticated and not has_role(request.user, *STAFF_ROLES):
+            raise Http404
+        return super().dispatch(request, *args, **kwargs)
+
+
+def _test_access_section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
+    """The section with the refused form (htmx); the member page otherwise."""
+    url = reverse("members:member_detail", args=[member.pk]) + "#test-access"
+    if request.htmx:
+        context = {
+            "member": member,
+            **member_test_access_context(request=request, member=member, **kwargs),
+        }
+        return render(request, "network/partials/test_access.html", context)
+    return redirect(url)
+
+
+class TestAccessActionView(StaffMemberMixin, View):
+    """POST grant / extend / end a member's test access (volunteers, from the member page).
+
+    Success reloads the member page (status, dates and audit trail change with it); a refusal
+    shows the form again with the message next to its field.
+    """
+
+    __test__ = False  # not a pytest class
+
+    def get(self, request: HttpRequest, member_pk: int, action: str = "") -> HttpResponse:
+        return _test_access_section(request, _member_or_404(request, member_pk))
+
+    def post(self, request: HttpRequest, member_pk: int, action: str) -> HttpResponse:
+        member = _member_or_404(request, member_pk)
+        form: forms.Form
+        if action in ("grant", "extend"):
+            form = TestAccessForm(request.POST, prefix=action)
+        elif action == "end":
+            form = TestAccessEndForm(request.POST, prefix="end")
+        else:
+            raise Http404
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                if action == "grant":
+                    member_test_access_grant(
+                        member=member,
+                        until=data["until"],
+                        profile=data["profile"],
+                        actor=request.user,
+                    )
+                elif action == "extend":
+                    member_test_access_extend(
+                        member=member,
+                        until=data["until"],
+                        profile=data["profile"],
+                        actor=request.user,
+                    )
+                else:
+                    member_test_access_end(member=member, note=data["note"], actor=request.user)
+            except NetworkError as exc:
+                _form_refused(request, form, exc)
+            else:
+                messages.success(
+                    request,
+                    {
+                        "grant": gettext("Test access granted."),
+                        "extend": gettext("Test access extended."),
+                        "end": gettext("Test access ended; the member is pending again."),
+                    }[action],
+                )
+                url = reverse("members:member_detail", args=[member.pk]) + "#test-access"
+                if request.htmx:
+                    return HttpResponseClientRedirect(url)
+                return redirect(url)
+        _form_errors_to_messages(request, form)
+        return _test_access_section(request, member, open_form=action, **{f"{action}_form": form})
+
+
+class TestAccessListView(StaffRequiredMixin, View):
+    """Test accesses ending within the next days (default 7), soonest first, paginated."""
+
+    __test__ = False  # not a pytest class
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        try:
+            days = max(0, min(int(request.GET.get("days", 7)), 365))
+        except ValueError:
+            days = 7
+        members = expiring_test_accesses(actor=request.user, within_days=days)
+        page = Paginator(members, 50).get_page(request.GET.get("page"))
+        context = {
+            "page": page,
+            "days": days,
+            "today": timezone.localdate(),
+            "page_extra": f"&days={days}",
+            "day_choices": [
+                (n, ngettext("%(n)d day", "%(n)d days", n) % {"n": n}) for n in (1, 3, 7, 14, 30)
+            ],
+        }
+        template = "network/test_access_list.html"
+        if request.htmx and not request.htmx.boosted:
+            template += "#test-access-table"
+        return render(request, template, context)

@@ -26,7 +26,18 @@ from django.utils import timezone
 from apps.accounts.roles import Role
 from apps.members.choices import HOLDS_PUBLIC_IPV4, MemberStatus
 from apps.members.models import Building, Member, Room, RoomStay, StatusChange
-from apps.network.models import Device, Family, PublicAddress, PublicPool, Subnet
+from apps.network.models import (
+    Device,
+    Family,
+    Ipv6Opening,
+    ManagementNetwork,
+    PortForward,
+    PublicAddress,
+    PublicPool,
+    ShapingProfile,
+    Subnet,
+    TestAccess,
+)
 from apps.network.services import device_ipv6
 
 DEMO_PASSWORD = "demo"  # noqa: S105 - shown in the README; refused without DEBUG unless --force
@@ -120,17 +131,28 @@ class Command(BaseCommand):
             created_members = self._members(count=members, seed=seed)
             network = NetworkSeeder(layout=layout, seed=seed)
             network.prepare(members)
-            made = network.memberships(
-                [("resident", 1)] + [(f"member{n:05d}", n) for n in range(1, members + 1)]
-            )
-        if made["members"] > 1000:
+            people = [("resident", 1)] + [(f"member{n:05d}", n) for n in range(1, members + 1)]
+            made = network.memberships(people)
+            rules = RulesSeeder(seed=seed).run(people)
+        if made["members"] > 1000 or rules["forwards"] > 1000:
             # Fresh statistics after a bulk load, so the planner uses the search indexes at once.
             with connection.cursor() as cursor:
-                for model in (get_user_model(), Member, Room, Device, PublicAddress):
+                for model in (
+                    get_user_model(),
+                    Member,
+                    Room,
+                    Device,
+                    PublicAddress,
+                    PortForward,
+                    Ipv6Opening,
+                    TestAccess,
+                ):
                     cursor.execute(f"ANALYZE {model._meta.db_table}")
         self.stdout.write(
             f"seed_demo: {created_demo} demo login(s) and {created_members} member(s) created, "
-            f"{made['members']} membership(s) with {made['devices']} device(s) "
+            f"{made['members']} membership(s) with {made['devices']} device(s), "
+            f"{rules['forwards']} port forward(s), {rules['openings']} IPv6 opening(s), "
+            f"{rules['test_accesses']} shaped test access(es) "
             f"in {time.monotonic() - started:.1f} s (password for demo logins: {DEMO_PASSWORD})"
         )
 
@@ -191,10 +213,11 @@ class Command(BaseCommand):
 
 # Membership statuses by share (cumulative weights), and devices per non-ended member
 # (mean 10/3, so that with 10 % ended members there are 3 devices per member on average).
+# A quarter on test access: 5,000 shaped members at 20,000 (the design target).
 STATUS_WEIGHTS = [
-    (MemberStatus.ACTIVE, 70),
+    (MemberStatus.ACTIVE, 52),
     (MemberStatus.PENDING, 8),
-    (MemberStatus.TEST, 7),
+    (MemberStatus.TEST, 25),
     (MemberStatus.SUSPENDED, 5),
     (MemberStatus.ENDED, 10),
 ]
@@ -347,7 +370,7 @@ class NetworkSeeder:
                     checked_in_at=None
                     if status == MemberStatus.PENDING
                     else registered + dt.timedelta(days=1),
-                    test_access_until=(now + dt.timedelta(days=14)).date()
+                    test_access_until=(now + dt.timedelta(days=1 + n % 28)).date()
                     if status == MemberStatus.TEST
                     else None,
                     ended_at=registered + dt.timedelta(days=2) if ended else None,
@@ -458,4 +481,189 @@ class NetworkSeeder:
                         ipv6=device_ipv6(room=room, mac=mac),
                     )
                 )
+        return rows
+
+
+# Port forwards: 0-13 drawn, capped at 10 (mean about 6 per member with a public IPv4, so about
+# 100,000 at 20,000 members); ports a member likes to forward, then random high ports.
+POPULAR_PORTS = [
+    (22, "tcp", "ssh"),
+    (80, "tcp", "web"),
+    (443, "tcp", "web"),
+    (25565, "tcp", "minecraft"),
+    (27015, "both", "game server"),
+    (3074, "both", "xbox"),
+    (32400, "tcp", "plex"),
+    (51820, "udp", "wireguard"),
+    (8080, "tcp", "dev server"),
+    (6881, "both", "torrent"),
+]
+FORWARD_DRAW = 14
+FORWARD_MAX = 10
+OPENING_SHARE = 20  # percent of devices with an IPv6 opening
+SHAPING_PROFILES = [
+    # name, down kbit/s, up kbit/s, default, share of test accesses (percent)
+    ("Test access", 4000, 1000, True, 80),
+    ("Test access (slow)", 2000, 500, False, 20),
+]
+
+
+class RulesSeeder:
+    """Port forwards, IPv6 openings and shaped test accesses, in bulk and deterministic.
+
+    A member's rules depend only on (seed, username) and their devices; members that have no
+    forward and no opening yet get theirs, so running again changes nothing.
+    """
+
+    def __init__(self, *, seed: int) -> None:
+        self.seed = seed
+
+    def run(self, people: list[tuple[str, int]]) -> dict[str, int]:
+        ManagementNetwork.objects.get_or_create(
+            network="10.255.255.0/24", defaults={"note": "firewall lab management"}
+        )
+        profiles = self._profiles()
+        members = list(
+            Member.objects.filter(user__username__in=[u for u, _ in people])
+            .exclude(status__in=[MemberStatus.ENDED, MemberStatus.PENDING])
+            .values_list("pk", "user__username", "status")
+        )
+        shaped = self._test_accesses(members, profiles)
+        busy = set(PortForward.objects.values_list("member_id", flat=True).distinct())
+        busy |= set(Ipv6Opening.objects.values_list("device__member_id", flat=True).distinct())
+        todo = {pk: (username, status) for pk, username, status in members if pk not in busy}
+        if not todo:
+            return {"forwards": 0, "openings": 0, "test_accesses": shaped}
+        public = dict(
+            PublicAddress.objects.filter(member_id__in=list(todo)).values_list("member_id", "id")
+        )
+        devices: dict[int, list[tuple[int, str, bool]]] = {}
+        for pk, member_id, name, ipv6 in (
+            Device.objects.filter(member_id__in=list(todo))
+            .order_by("member_id", "id")
+            .values_list("pk", "member_id", "name", "ipv6")
+        ):
+            devices.setdefault(member_id, []).append((pk, name, ipv6 is not None))
+        forwards: list[PortForward] = []
+        openings: list[Ipv6Opening] = []
+        for member_id, (username, _status) in todo.items():
+            own = devices.get(member_id)
+            if not own:
+                continue
+            rng = random.Random(f"{self.seed}:{username}:rules")  # noqa: S311 - demo data
+            if member_id in public:
+                forwards += self._forwards(rng, member_id, public[member_id], own, username)
+            openings += self._openings(rng, own, username)
+        PortForward.objects.bulk_create(forwards, batch_size=5000)
+        Ipv6Opening.objects.bulk_create(openings, batch_size=5000)
+        return {"forwards": len(forwards), "openings": len(openings), "test_accesses": shaped}
+
+    def _profiles(self) -> list[tuple[ShapingProfile, int]]:
+        result = []
+        for name, down, up, default, share in SHAPING_PROFILES:
+            profile, _created = ShapingProfile.objects.get_or_create(
+                name=name,
+                defaults={
+                    "down_kbit": down,
+                    "up_kbit": up,
+                    "is_default": default
+                    and not ShapingProfile.objects.filter(is_default=True).exists(),
+                },
+            )
+            result.append((profile, share))
+        return result
+
+    def _test_accesses(
+        self, members: list[tuple[int, str, str]], profiles: list[tuple[ShapingProfile, int]]
+    ) -> int:
+        have = set(TestAccess.objects.values_list("member_id", flat=True))
+        rows = []
+        for pk, username, status in members:
+            if status != MemberStatus.TEST or pk in have:
+                continue
+            rng = random.Random(f"{self.seed}:{username}:shaping")  # noqa: S311 - demo data
+            pick = rng.randrange(100)
+            profile = profiles[-1][0]
+            for candidate, share in profiles:
+                if pick < share:
+                    profile = candidate
+                    break
+                pick -= share
+            rows.append(TestAccess(member_id=pk, profile=profile, granted_at=EPOCH))
+        TestAccess.objects.bulk_create(rows, batch_size=5000)
+        return len(rows)
+
+    def _forwards(
+        self,
+        rng: random.Random,
+        member_id: int,
+        address_id: int,
+        devices: list[tuple[int, str, bool]],
+        username: str,
+    ) -> list[PortForward]:
+        if username == "resident":
+            plan = [(8080, 8080, "tcp", 0, 80, "web server"), (27015, 27020, "both", 1, 27015, "")]
+        else:
+            plan = []
+            taken: list[tuple[int, int]] = []
+            count = min(FORWARD_MAX, rng.randrange(FORWARD_DRAW))
+            popular = rng.sample(POPULAR_PORTS, min(count, 3))
+            for port, protocol, what in popular:
+                target = port if rng.random() < 0.7 else rng.randrange(1024, 60000)
+                plan.append((port, port, protocol, rng.randrange(len(devices)), target, what))
+                taken.append((port, port))
+            while len(plan) < count:
+                first = rng.randrange(1024, 65000)
+                last = first + (0 if rng.random() < 0.8 else rng.randrange(1, 10))
+                if any(first <= b and a <= last for a, b in taken):
+                    continue
+                taken.append((first, last))
+                protocol = rng.choice(("tcp", "tcp", "udp", "both"))
+                plan.append((first, last, protocol, rng.randrange(len(devices)), first, ""))
+        rows = []
+        for first, last, protocol, index, target, what in plan:
+            rows.append(
+                PortForward(
+                    member_id=member_id,
+                    public_address_id=address_id,
+                    device_id=devices[index % len(devices)][0],
+                    protocol=protocol,
+                    public_first=first,
+                    public_last=last,
+                    target_first=target,
+                    target_last=target + last - first,
+                    enabled=username == "resident" or rng.random() < 0.9,
+                    description=what,
+                )
+            )
+        return rows
+
+    def _openings(
+        self, rng: random.Random, devices: list[tuple[int, str, bool]], username: str
+    ) -> list[Ipv6Opening]:
+        rows = []
+        for index, (pk, _name, has_ipv6) in enumerate(devices):
+            if not has_ipv6:
+                continue
+            if username == "resident":
+                if index == 0:
+                    rows.append(
+                        Ipv6Opening(device_id=pk, protocol="tcp", port_first=22, port_last=22)
+                    )
+                continue
+            if rng.randrange(100) >= OPENING_SHARE:
+                continue
+            if rng.random() < 0.1:
+                rows.append(Ipv6Opening(device_id=pk, protocol="both", description="all ports"))
+                continue
+            port, protocol, what = rng.choice(POPULAR_PORTS)
+            rows.append(
+                Ipv6Opening(
+                    device_id=pk,
+                    protocol=protocol,
+                    port_first=port,
+                    port_last=port,
+                    description=what,
+                )
+            )
         return rows

@@ -1,0 +1,81 @@
+"""Reads of the network app: a member's forwards and openings, test accesses, the policy."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from apps.members.choices import MemberStatus
+from apps.members.models import Member
+from apps.network.models import (
+    BlockedPort,
+    Device,
+    Ipv6Opening,
+    PortForward,
+    ShapingProfile,
+    TestAccess,
+)
+
+
+def member_port_forwards(*, actor: Any, member: Member) -> QuerySet[PortForward]:
+    """The member's forwards the actor may see, by device then port (one query)."""
+    return (
+        PortForward.objects.visible_to(actor)
+        .filter(member=member)
+        .select_related("device", "public_address")
+        .order_by("device__name", "public_first", "protocol", "pk")
+    )
+
+
+def member_ipv6_openings(*, actor: Any, member: Member) -> QuerySet[Ipv6Opening]:
+    """The openings of the member's devices the actor may see, by device then port."""
+    return (
+        Ipv6Opening.objects.visible_to(actor)
+        .filter(device__member=member)
+        .select_related("device")
+        .order_by("device__name", "port_first", "protocol", "pk")
+    )
+
+
+def by_device(rows: list[Any], devices: list[Device]) -> list[tuple[Device | None, list[Any]]]:
+    """Rows grouped under their device, in the devices' order (rows without one at the end)."""
+    groups: dict[int | None, list[Any]] = {}
+    for row in rows:
+        groups.setdefault(row.device_id, []).append(row)
+    result: list[tuple[Device | None, list[Any]]] = [
+        (device, groups.pop(device.pk)) for device in devices if device.pk in groups
+    ]
+    result += [(None, rest) for rest in groups.values()]
+    return result
+
+
+def expiring_test_accesses(
+    *, actor: Any, within_days: int = 7, today: dt.date | None = None
+) -> QuerySet[Member]:
+    """Test-access members whose last day is today or in the next `within_days` days (and any
+    already overdue the beat task has not ended yet), soonest first."""
+    today = today or timezone.localdate()
+    return (
+        Member.objects.visible_to(actor)
+        .filter(status=MemberStatus.TEST, test_access_until__lte=today + dt.timedelta(within_days))
+        .select_related("user", "room__building", "test_access__profile")
+        .order_by("test_access_until", "user__last_name", "pk")
+    )
+
+
+def member_test_access(*, member: Member) -> TestAccess | None:
+    """The shaping row of the member's test access, if any."""
+    return TestAccess.objects.select_related("profile").filter(member=member).first()
+
+
+def shaping_profiles() -> QuerySet[ShapingProfile]:
+    """Profiles, the default first."""
+    return ShapingProfile.objects.order_by("-is_default", "down_kbit", "name")
+
+
+def blocked_inbound() -> QuerySet[BlockedPort]:
+    """The inbound ranges the policy blocks (shown next to the forward form)."""
+    return BlockedPort.objects.filter(direction="inbound").order_by("first", "protocol")
