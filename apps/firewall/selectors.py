@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import difflib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
@@ -60,10 +60,23 @@ class SnapshotData:
     taken_at: datetime
 
 
+DEFAULT_SHAPING_KBIT = (4000, 1000)  # ShapingProfile.default()'s built-in rates
+
+
 def snapshot_data_read() -> SnapshotData:
-    """Read policy, members, addresses and devices in a handful of queries (one snapshot time)."""
+    """Read policy, members, addresses, devices, forwards, openings and shaping in a handful
+    of queries, from one consistent view of the database."""
     from apps.members.models import Member
-    from apps.network.models import Device, PublicPool, Subnet
+    from apps.network.models import (
+        BlockedPort,
+        Device,
+        Ipv6Opening,
+        ManagementNetwork,
+        PortForward,
+        PublicPool,
+        ShapingProfile,
+        Subnet,
+    )
 
     taken_at = timezone.now()
     outermost = not connection.in_atomic_block
@@ -71,31 +84,89 @@ def snapshot_data_read() -> SnapshotData:
         if outermost:  # one consistent view of all tables while they change underneath
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        networked = Q(member__status__in=NETWORKED_STATUSES)
         member_rows = list(
             Member.objects.filter(status__in=NETWORKED_STATUSES).values_list(
-                "id", "public_ipv4__address", "room__ipv6_prefix"
+                "id",
+                "status",
+                "public_ipv4__address",
+                "room__ipv6_prefix",
+                "test_access__profile__down_kbit",
+                "test_access__profile__up_kbit",
             )
         )
         devices: dict[int, list[rs.Device]] = defaultdict(list)
-        for member_id, device_id, ipv4, ipv6 in Device.objects.filter(
-            member__status__in=NETWORKED_STATUSES
-        ).values_list("member_id", "id", "ipv4", "ipv6"):
+        for member_id, device_id, ipv4, ipv6 in Device.objects.filter(networked).values_list(
+            "member_id", "id", "ipv4", "ipv6"
+        ):
             devices[member_id].append(
                 rs.Device(id=device_id, ipv4=ipv4, ipv6=(ipv6,) if ipv6 else ())
             )
+        forwards: dict[int, list[rs.PortForward]] = defaultdict(list)
+        for row in PortForward.objects.filter(
+            networked, enabled=True, device__isnull=False, public_address__isnull=False
+        ).values_list(
+            "member_id",
+            "id",
+            "protocol",
+            "public_first",
+            "public_last",
+            "device_id",
+            "target_first",
+            "target_last",
+        ):
+            member_id, fid, protocol, p1, p2, device_id, t1, t2 = row
+            forwards[member_id].append(rs.PortForward(fid, protocol, (p1, p2), device_id, (t1, t2)))
+        openings: dict[int, list[rs.Opening]] = defaultdict(list)
+        for member_id, oid, device_id, protocol, first, last in Ipv6Opening.objects.filter(
+            enabled=True, device__member__status__in=NETWORKED_STATUSES
+        ).values_list(
+            "device__member_id", "id", "device_id", "protocol", "port_first", "port_last"
+        ):
+            ports = None if first is None else (first, last)
+            openings[member_id].append(rs.Opening(oid, device_id, protocol, ports))
+        default_profile = (
+            ShapingProfile.objects.filter(is_default=True)
+            .values_list("down_kbit", "up_kbit")
+            .first()
+            or ShapingProfile.objects.filter(name="Test access")
+            .values_list("down_kbit", "up_kbit")
+            .first()
+            or DEFAULT_SHAPING_KBIT
+        )
+        blocked = {"inbound": [], "outbound": []}
+        for direction, protocol, first, last in BlockedPort.objects.values_list(
+            "direction", "protocol", "first", "last"
+        ):
+            blocked[direction].append(rs.PortRule(protocol, (first, last)))
+        management = [
+            *ManagementNetwork.objects.values_list("network", flat=True),
+            *settings.PORTAL_MANAGEMENT_NETWORKS,
+        ]
         private = tuple(Subnet.objects.filter(family=4).values_list("network", flat=True))
         public = tuple(PublicPool.objects.values_list("network", flat=True))
-    members = tuple(
-        rs.Member(
-            id=member_id,
-            public_ipv4=public_ipv4,
-            devices=tuple(devices.get(member_id, ())),
-            ipv6_prefixes=(prefix,) if prefix else (),
+    members = []
+    for member_id, status, public_ipv4, prefix, down, up in member_rows:
+        shaping = None
+        if status == "test":
+            shaping = rs.Shaping(*(down, up) if down and up else default_profile)
+        members.append(
+            rs.Member(
+                id=member_id,
+                public_ipv4=public_ipv4,
+                devices=tuple(devices.get(member_id, ())),
+                forwards=tuple(forwards.get(member_id, ())),
+                openings=tuple(openings.get(member_id, ())),
+                shaping=shaping,
+                ipv6_prefixes=(prefix,) if prefix else (),
+            )
         )
-        for member_id, public_ipv4, prefix in member_rows
+    policy = rs.Policy(
+        management_networks=tuple(dict.fromkeys(management)),
+        blocked_outbound=tuple(blocked["outbound"]),
+        blocked_inbound=tuple(blocked["inbound"]),
     )
-    policy = rs.Policy(management_networks=tuple(settings.PORTAL_MANAGEMENT_NETWORKS))
-    return SnapshotData(policy, members, private, public, taken_at)
+    return SnapshotData(policy, tuple(members), private, public, taken_at)
 
 
 def _interfaces(text: str) -> tuple[str, ...]:
@@ -200,3 +271,26 @@ def live_states(*, changed_at: dict[Any, datetime]) -> dict[Any, LiveState]:
                 per_host.append(HostLiveState(h["name"], "pending"))
         result[key] = LiveState(tuple(per_host))
     return result
+
+
+def live_attach(rows: Iterable[Any]) -> bool:
+    """Set `row.live` (what network/partials/live_state.html and the API show) on rows with an
+    `updated_at`; True while any of them is not yet live everywhere (the page keeps polling)."""
+    rows = list(rows)
+    states = live_states(changed_at={row.pk: row.updated_at for row in rows})
+    waiting = False
+    for row in rows:
+        state = states[row.pk]
+        failed = [h for h in state.hosts if h.state == "failed"]
+        row.live = {
+            "state": state.state,
+            "hosts": [h.host for h in state.hosts if h.state == "live"],
+            "since": state.since,
+            "reason": "; ".join(f"{h.host}: {h.reason}" for h in failed),
+            "per_host": [
+                {"host": h.host, "state": h.state, "since": h.since, "reason": h.reason}
+                for h in state.hosts
+            ],
+        }
+        waiting |= state.state != "live"
+    return waiting

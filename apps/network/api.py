@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.accounts.roles import STAFF_ROLES, has_role
+from apps.firewall.selectors import live_attach
 from apps.members.choices import MemberStatus
 from apps.members.models import Member
 from apps.members.selectors import member_of_user
@@ -186,6 +187,36 @@ def _own_device(request: Request, device_id: int) -> Device:
     return found
 
 
+class LiveStateField(serializers.SerializerMethodField):
+    """Whether the firewalls enforce the row: pending / live (on which hosts, since) / failed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(method_name=None, **kwargs)
+
+    def to_representation(self, obj: Any) -> dict[str, Any] | None:
+        if not obj.enabled:
+            return None
+        if getattr(obj, "live", None) is None:
+            live_attach([obj])
+        live = obj.live
+        return {
+            "state": live["state"],
+            "hosts": live["per_host"],
+            "since": live["since"].isoformat() if live["since"] else None,
+            "reason": live["reason"],
+        }
+
+
+class LiveStateListMixin:
+    """List endpoints: attach the live state of a whole page in two queries."""
+
+    def paginate_queryset(self, queryset: Any) -> Any:
+        page = super().paginate_queryset(queryset)  # type: ignore[misc]
+        if page is not None:
+            live_attach([row for row in page if row.enabled])
+        return page
+
+
 class PortForwardOutputSerializer(serializers.ModelSerializer):
     member = serializers.IntegerField(source="member_id")
     device = serializers.IntegerField(source="device_id", allow_null=True)
@@ -198,6 +229,7 @@ class PortForwardOutputSerializer(serializers.ModelSerializer):
     )
     public_ports = serializers.CharField(help_text="8080 or 8000-8010.")
     target_ports = serializers.CharField(help_text="Ports on the device, as many as public.")
+    live = LiveStateField(help_text="null while disabled")
 
     class Meta:
         model = PortForward
@@ -218,6 +250,7 @@ class PortForwardOutputSerializer(serializers.ModelSerializer):
             "description",
             "created_at",
             "updated_at",
+            "live",
         ]
 
 
@@ -260,7 +293,7 @@ def _forwards(actor: Any) -> QuerySet[PortForward]:
     )
 
 
-class PortForwardListAPI(generics.ListAPIView):
+class PortForwardListAPI(LiveStateListMixin, generics.ListAPIView):
     """Port forwards the caller may see; POST adds one (to the device's member)."""
 
     serializer_class = PortForwardOutputSerializer
@@ -328,6 +361,7 @@ class Ipv6OpeningOutputSerializer(serializers.ModelSerializer):
     device_name = serializers.CharField(source="device.name")
     ports = serializers.CharField(help_text='8080 or 8000-8010; "" means all ports.')
     all_ports = serializers.BooleanField()
+    live = LiveStateField(help_text="null while disabled")
 
     class Meta:
         model = Ipv6Opening
@@ -345,6 +379,7 @@ class Ipv6OpeningOutputSerializer(serializers.ModelSerializer):
             "description",
             "created_at",
             "updated_at",
+            "live",
         ]
 
 
@@ -382,7 +417,7 @@ def _openings(actor: Any) -> QuerySet[Ipv6Opening]:
     return Ipv6Opening.objects.visible_to(actor).select_related("device").order_by("pk")
 
 
-class Ipv6OpeningListAPI(generics.ListAPIView):
+class Ipv6OpeningListAPI(LiveStateListMixin, generics.ListAPIView):
     """IPv6 openings the caller may see; POST opens ports (or all ports) of a device."""
 
     serializer_class = Ipv6OpeningOutputSerializer

@@ -4,6 +4,7 @@ from apps.network import views
 
 app_name = "network"
 urlpatterns = [
+    path("live/<str:kind>/<int:pk>/", views.LiveStateView.as_view(), name="live_state"),
     path(
         "members/<int:member_pk>/devices/", views.DeviceSectionView.as_view(), name="device_section"
     ),

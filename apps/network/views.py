@@ -19,6 +19,7 @@ from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role
+from apps.firewall.selectors import live_attach
 from apps.members.models import Member
 from apps.members.selectors import member_devices, member_get
 from apps.members.services import (
@@ -212,6 +213,7 @@ def forwards_context(
     if devices is None:
         devices = list(member_devices(actor=request.user, member=member))
     forwards = list(member_port_forwards(actor=request.user, member=member))
+    waiting = live_attach(f for f in forwards if f.enabled)
     limit = NetworkSettings.load().port_forward_limit
     usable = member_can_forward(member)
     choices = member_devices(actor=request.user, member=member)
@@ -224,6 +226,7 @@ def forwards_context(
         "forward_editing": editing,
         "forward_edit_form": edit_form,
         "forward_notice": notice,
+        "forwards_waiting": waiting,
         "forwards_usable": usable,
         "can_add_forward": usable and bool(devices) and len(forwards) < limit,
         "has_devices": bool(devices),
@@ -245,6 +248,7 @@ def openings_context(
     if devices is None:
         devices = list(member_devices(actor=request.user, member=member))
     openings = list(member_ipv6_openings(actor=request.user, member=member))
+    waiting = live_attach(o for o in openings if o.enabled)
     limit = NetworkSettings.load().ipv6_opening_limit
     usable = member_can_forward(member)
     with_ipv6 = [d for d in devices if d.ipv6]
@@ -258,6 +262,7 @@ def openings_context(
         "opening_editing": editing,
         "opening_edit_form": edit_form,
         "opening_notice": notice,
+        "openings_waiting": waiting,
         "openings_usable": usable,
         "can_add_opening": usable and bool(with_ipv6) and len(openings) < limit,
         "has_ipv6_devices": bool(with_ipv6),
@@ -677,3 +682,21 @@ class TestAccessListView(StaffRequiredMixin, View):
         if request.htmx and not request.htmx.boosted:
             template += "#test-access-table"
         return render(request, template, context)
+
+
+class LiveStateView(LoginRequiredMixin, View):
+    """One rule's live-state badge (the badge polls this while it is not live everywhere)."""
+
+    def get(self, request: HttpRequest, kind: str, pk: int) -> HttpResponse:
+        if kind == "forward":
+            obj: PortForward | Ipv6Opening = _forward_or_404(request, pk)
+        elif kind == "opening":
+            obj = _opening_or_404(request, pk)
+        else:
+            raise Http404
+        live_attach([obj])
+        return render(
+            request,
+            "network/partials/live_state.html",
+            {"obj": obj, "live": obj.live, "kind": kind},
+        )

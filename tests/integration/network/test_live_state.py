@@ -1,0 +1,106 @@
+"""Every forward and opening shows whether the firewalls enforce it: API field and the badge
+that polls while it is pending (only for the owner and staff)."""
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from apps.firewall.models import FirewallHost, PushLogEntry
+from apps.firewall.services import ruleset_version_store
+from tests.factories import forward_add, member_active, opening_add
+
+pytestmark = pytest.mark.django_db
+
+
+def confirm_everywhere(after):
+    for host in FirewallHost.objects.all():
+        version = ruleset_version_store(
+            host=host,
+            nft_text=f"{host.name} {after}",
+            tc_text="",
+            content_hash="a" * 64,
+            counts={},
+            compile_seconds=0,
+            cause="t",
+            snapshot_at=after + timedelta(seconds=1),
+        )
+        host.mark_applied(version)
+        PushLogEntry.objects.create(
+            host=host, version=version, step="confirm", ok=True, at=after + timedelta(seconds=2)
+        )
+
+
+@pytest.fixture
+def hosts():
+    return [
+        FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11"),
+        FirewallHost.objects.create(name="pl-nat2", address="10.255.255.12", rollout_order=1),
+    ]
+
+
+def test_api_shows_pending_then_live_on_both_hosts(hosts):
+    member = member_active()
+    forward = forward_add(member, ports="8080")
+    client = APIClient()
+    client.force_authenticate(member.user)
+    body = client.get(f"/api/port-forwards/{forward.pk}/").json()
+    assert body["live"]["state"] == "pending"
+    assert [h["state"] for h in body["live"]["hosts"]] == ["pending", "pending"]
+    confirm_everywhere(forward.updated_at)
+    listed = client.get("/api/port-forwards/").json()["results"][0]
+    assert listed["live"]["state"] == "live"
+    assert [h["host"] for h in listed["live"]["hosts"]] == ["pl-nat1", "pl-nat2"]
+    assert listed["live"]["since"]
+
+
+def test_disabled_rules_have_no_live_state(hosts):
+    member = member_active()
+    forward = forward_add(member, ports="8081", enabled=False)
+    client = APIClient()
+    client.force_authenticate(member.user)
+    assert client.get(f"/api/port-forwards/{forward.pk}/").json()["live"] is None
+
+
+def test_badge_polls_while_pending_and_stops_when_live(client, hosts):
+    member = member_active()
+    forward = forward_add(member, ports="8082")
+    opening = opening_add(forward.device)
+    client.force_login(member.user)
+    url = reverse("network:live_state", args=["forward", forward.pk])
+    pending = client.get(url).content.decode()
+    assert 'data-state="pending"' in pending
+    assert 'hx-trigger="every 2s"' in pending
+    confirm_everywhere(timezone.now())
+    live = client.get(url).content.decode()
+    assert 'data-state="live"' in live
+    assert (
+        "live on pl-nat1 &amp; pl-nat2 since" in live or "live on pl-nat1 & pl-nat2 since" in live
+    )
+    assert "hx-trigger" not in live
+    badge = client.get(reverse("network:live_state", args=["opening", opening.pk]))
+    assert 'data-state="live"' in badge.content.decode()  # carried by the same versions
+
+
+def test_badge_of_someone_elses_rule_is_404(client, hosts):
+    owner, other = member_active(), member_active()
+    forward = forward_add(owner, ports="8083")
+    client.force_login(other.user)
+    url = reverse("network:live_state", args=["forward", forward.pk])
+    assert client.get(url).status_code == 404
+    assert (
+        client.get(reverse("network:live_state", args=["nonsense", forward.pk])).status_code == 404
+    )
+
+
+def test_failed_push_shows_the_reason(hosts):
+    member = member_active()
+    forward = forward_add(member, ports="8084")
+    hosts[0].mark_error("check: the host refused the rule set: Error: syntax error")
+    client = APIClient()
+    client.force_authenticate(member.user)
+    live = client.get(f"/api/port-forwards/{forward.pk}/").json()["live"]
+    assert live["state"] == "failed"
+    assert "pl-nat1: check: the host refused" in live["reason"]
