@@ -106,6 +106,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Answers warm /status/ requests before sessions, auth, CSRF and messages (apps.tickets).
+    "apps.tickets.middleware.StatusPageMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -286,6 +288,8 @@ PORTAL_IMAP_SSL = env_bool("PORTAL_IMAP_SSL", default=True)
 PORTAL_IMAP_USER = os.environ.get("PORTAL_IMAP_USER", "")
 PORTAL_IMAP_PASSWORD = os.environ.get("PORTAL_IMAP_PASSWORD", "")
 PORTAL_IMAP_MAILBOX = os.environ.get("PORTAL_IMAP_MAILBOX", "INBOX")
+# Where fetched mail is moved after it is stored (empty: it stays in the mailbox, marked read).
+PORTAL_IMAP_DONE_MAILBOX = os.environ.get("PORTAL_IMAP_DONE_MAILBOX", "")
 PORTAL_IMAP_INTERVAL = env_int("PORTAL_IMAP_INTERVAL", 60)
 if PORTAL_IMAP_HOST:
     CELERY_BEAT_SCHEDULE["mail-imap-poll"] = {

@@ -105,27 +105,54 @@ def incident_broadcast_send(self: Any, broadcast_id: int) -> int:
 def imap_poll() -> int:
     """Fetch unseen mail from the IMAP mailbox (production alternative to the SMTP listener).
 
-    A mail is flagged \\Seen only after it is stored, so a crash fetches it again (the
-    Message-ID check then records it as a duplicate instead of a second ticket).
+    A mail is flagged \\Seen (and moved to PORTAL_IMAP_DONE_MAILBOX when that is set) only after
+    it is stored, so a crash fetches it again (the Message-ID check then records it as a
+    duplicate instead of a second ticket). A mail that cannot be stored stays unseen for the next
+    poll and does not stop the others; broken MIME is stored and quarantined like SMTP mail.
     """
     from django.conf import settings
-
-    from apps.tickets.services import mail_receive
 
     if not settings.PORTAL_IMAP_HOST:
         return 0
     cls = imaplib.IMAP4_SSL if settings.PORTAL_IMAP_SSL else imaplib.IMAP4
-    count = 0
     with cls(settings.PORTAL_IMAP_HOST, settings.PORTAL_IMAP_PORT, timeout=30) as imap:
         imap.login(settings.PORTAL_IMAP_USER, settings.PORTAL_IMAP_PASSWORD)
-        imap.select(settings.PORTAL_IMAP_MAILBOX)
-        _typ, data = imap.uid("search", None, "UNSEEN")
-        for uid in (data[0] or b"").split()[:500]:
+        return _imap_fetch_all(
+            imap,
+            mailbox=settings.PORTAL_IMAP_MAILBOX,
+            done_mailbox=getattr(settings, "PORTAL_IMAP_DONE_MAILBOX", ""),
+        )
+
+
+def _imap_fetch_all(imap: imaplib.IMAP4, *, mailbox: str, done_mailbox: str) -> int:
+    from apps.tickets.services import mail_receive
+
+    typ, _data = imap.select(mailbox)
+    if typ != "OK":
+        raise imaplib.IMAP4.error(f"cannot select mailbox {mailbox!r}")
+    if done_mailbox:
+        imap.create(done_mailbox)  # NO when it exists already, which is fine
+    _typ, data = imap.uid("search", None, "UNSEEN")
+    count = 0
+    for uid in (data[0] or b"").split()[:500]:
+        try:
             _typ, fetched = imap.uid("fetch", uid, "(BODY.PEEK[])")
             raw = next((part[1] for part in fetched if isinstance(part, tuple)), None)
             if raw is None:
                 continue
             mail_receive(raw=raw, envelope_from=None, source="imap")
-            imap.uid("store", uid, "+FLAGS", "(\\Seen)")
-            count += 1
+        except imaplib.IMAP4.abort:
+            raise  # the connection is gone: the next poll starts over
+        except Exception:
+            log.exception("IMAP mail %s could not be stored; it stays unseen", uid.decode())
+            continue
+        # Committed: only now may the server forget that we still need it.
+        imap.uid("store", uid, "+FLAGS", "(\\Seen)")
+        if done_mailbox:
+            typ, _data = imap.uid("MOVE", uid, done_mailbox)
+            if typ != "OK":  # servers without MOVE (RFC 6851)
+                imap.uid("copy", uid, done_mailbox)
+                imap.uid("store", uid, "+FLAGS", "(\\Deleted)")
+                imap.expunge()
+        count += 1
     return count

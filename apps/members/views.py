@@ -19,6 +19,7 @@ from apps.members import forms as member_forms
 from apps.members import services
 from apps.members.models import Member
 from apps.members.selectors import (
+    SEARCH_LIMIT,
     member_get,
     member_history,
     member_of_user,
@@ -46,12 +47,15 @@ class OfficeHoursView(StaffRequiredMixin, View):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         query = request.GET.get("q", "")
-        results = member_search(actor=request.user, query=query)
+        # One more than is shown, to say "showing the first N" only when there are more.
+        results = member_search(actor=request.user, query=query, limit=SEARCH_LIMIT + 1)
         template = "members/office_hours.html"
         context: dict[str, Any] = {
             "query": query.strip(),
             "kind": search_kind(query),
-            "results": results,
+            "results": results[:SEARCH_LIMIT],
+            "more_results": len(results) > SEARCH_LIMIT,
+            "search_limit": SEARCH_LIMIT,
         }
         if request.htmx and not request.htmx.boosted:
             target = request.htmx.target or "search-results"

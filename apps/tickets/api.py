@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.roles import Role, has_role, role_permission
+from apps.members.models import Building
 from apps.tickets import selectors, services
 from apps.tickets.choices import IncidentPhase, IncidentSeverity, MessageKind, TicketStatus
 from apps.tickets.models import Incident, Ticket
@@ -199,6 +200,7 @@ class IncidentListAPI(APIView):
     class OutputSerializer(serializers.ModelSerializer):
         ticket_count = serializers.IntegerField(read_only=True)
         active_count = serializers.IntegerField(read_only=True)
+        buildings = serializers.SlugRelatedField(slug_field="code", many=True, read_only=True)
 
         class Meta:
             model = Incident
@@ -208,6 +210,7 @@ class IncidentListAPI(APIView):
                 "title",
                 "description",
                 "severity",
+                "buildings",
                 "affected",
                 "keywords",
                 "public",
@@ -221,6 +224,9 @@ class IncidentListAPI(APIView):
         title = serializers.CharField(max_length=200)
         description = serializers.CharField(required=False, allow_blank=True, default="")
         severity = serializers.ChoiceField(choices=IncidentSeverity.choices, default="major")
+        buildings = serializers.SlugRelatedField(
+            slug_field="code", many=True, queryset=Building.objects.all(), required=False
+        )
         affected = serializers.ListField(child=serializers.CharField(max_length=80), default=list)
         keywords = serializers.ListField(child=serializers.CharField(max_length=80), default=list)
         started_at = serializers.DateTimeField(required=False, allow_null=True, default=None)

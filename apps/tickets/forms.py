@@ -10,6 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from apps.members.models import Building
 from apps.tickets.choices import IncidentPhase, IncidentSeverity, TicketStatus
 from apps.tickets.models import Incident, Queue
 from apps.tickets.selectors import support_staff
@@ -78,10 +79,17 @@ class IncidentForm(forms.Form):
     severity = forms.ChoiceField(
         label=_("Severity"), choices=IncidentSeverity.choices, initial=IncidentSeverity.MAJOR
     )
-    affected = forms.CharField(
-        label=_("Affected buildings or services"),
+    buildings = forms.ModelMultipleChoiceField(
+        label=_("Affected buildings"),
+        queryset=Building.objects.order_by("code"),
         required=False,
-        help_text=_("Comma-separated, e.g. Building A, Wi-Fi"),
+        widget=forms.SelectMultiple(attrs={"size": 6}),
+        help_text=_("Tickets from members living there are linked automatically."),
+    )
+    affected = forms.CharField(
+        label=_("Affected services"),
+        required=False,
+        help_text=_("Comma-separated, e.g. Wi-Fi, mail"),
     )
     keywords = forms.CharField(
         label=_("Keywords"),

@@ -56,8 +56,20 @@ class Incident(models.Model):
     severity = models.CharField(
         _("severity"), max_length=16, choices=IncidentSeverity, default=IncidentSeverity.MAJOR
     )
-    # Buildings and services as free text for now; a later M2M to members.Building sits beside.
-    affected = ArrayField(models.CharField(max_length=80), default=list, blank=True)
+    # Affected buildings are real buildings (their members' tickets are linked automatically);
+    # services without a row of their own (Wi-Fi, mail, VPN) stay free-text tags.
+    buildings = models.ManyToManyField(
+        "members.Building",
+        blank=True,
+        related_name="incidents",
+        verbose_name=_("affected buildings"),
+    )
+    affected = ArrayField(
+        models.CharField(max_length=80),
+        default=list,
+        blank=True,
+        verbose_name=_("affected services"),
+    )
     keywords = ArrayField(models.CharField(max_length=80), default=list, blank=True)
     public = models.BooleanField(_("shown on the status page"), default=True)
     started_at = models.DateTimeField(_("started"), default=timezone.now)

@@ -118,7 +118,7 @@ def incident_list(*, actor: Any, current_only: bool = False) -> QuerySet[Inciden
     qs = Incident.objects.annotate(
         ticket_count=Count("tickets"),
         active_count=Count("tickets", filter=Q(tickets__status__in=ACTIVE_STATUSES)),
-    )
+    ).prefetch_related("buildings")
     if current_only:
         qs = qs.filter(ended_at__isnull=True)
     return qs.order_by("-started_at")
@@ -151,3 +151,32 @@ def ticket_stats(*, days: int = 30) -> dict[str, Any]:
         median = responses[len(responses) // 2] if responses else None
         out.append({"day": day, "new": len(new), "open": open_count, "frt_hours": median})
     return {"days": out}
+
+
+def ticket_member_context(*, actor: Any, ticket: Ticket) -> dict[str, Any]:
+    """The requester's network context beside a ticket, in a constant number of queries.
+
+    Reuses the member dashboard's selectors (membership with room, building and public IPv4;
+    the devices the actor may see), so the panel shows what the member sees.
+    """
+    from apps.members.selectors import member_devices, member_of_user
+
+    member = member_of_user(user=ticket.requester) if ticket.requester_id else None
+    devices = list(member_devices(actor=actor, member=member)) if member is not None else []
+    building_id = member.room.building_id if member is not None and member.room else None
+    incidents = list(
+        Incident.objects.current().prefetch_related("buildings").order_by("-started_at")
+    )
+    for incident in incidents:
+        incident.affects_member = building_id is not None and any(
+            b.pk == building_id for b in incident.buildings.all()
+        )
+    incidents.sort(key=lambda i: not i.affects_member)  # the member's building first
+    return {
+        "member": member,
+        "devices": devices,
+        "open_incidents": incidents,
+        # Filled by the port-forward and firewall-health work in progress (see the template).
+        "port_forwards": None,
+        "firewall_health": None,
+    }

@@ -335,9 +335,32 @@ def _acknowledge(ticket: Ticket) -> Message | None:
 
 
 def _incident_autolink(ticket: Ticket, text: str) -> Incident | None:
-    """Link a new ticket to the newest current incident whose keywords it mentions."""
-    for incident in Incident.objects.current().order_by("-started_at"):
-        if incident.matches(text):
+    """Link a new ticket to the newest current incident that affects the requester's building
+    or whose keywords it mentions."""
+    building_id = None
+    if ticket.requester_id:
+        building_id = (
+            django_apps.get_model("members", "Member")
+            .objects.filter(user_id=ticket.requester_id, room__isnull=False)
+            .values_list("room__building_id", flat=True)
+            .first()
+        )
+    incidents = Incident.objects.current().order_by("-started_at")
+    if building_id is not None:
+        incidents = incidents.annotate(
+            in_building=Exists(
+                Incident.buildings.through.objects.filter(
+                    incident_id=OuterRef("pk"), building_id=building_id
+                )
+            )
+        )
+    for incident in incidents:
+        reason = ""
+        if getattr(incident, "in_building", False):
+            reason = "building"
+        elif incident.matches(text):
+            reason = "keywords"
+        if reason:
             ticket.incident = incident
             ticket.save(update_fields=["incident", "updated_at"])
             _audit(
@@ -345,7 +368,7 @@ def _incident_autolink(ticket: Ticket, text: str) -> Incident | None:
                 action="ticket.incident_link",
                 obj=ticket,
                 ticket=ticket,
-                detail=f"auto: {incident.title}",
+                detail=f"auto ({reason}): {incident.title}",
             )
             return incident
     return None
@@ -683,8 +706,10 @@ def incident_declare(
     keywords: Iterable[str] = (),
     started_at: Any = None,
     public: bool = True,
+    buildings: Iterable[Any] = (),
 ) -> Incident:
-    """Declare an incident and link the active tickets since its start that mention it."""
+    """Declare an incident and link the active tickets since its start that mention it or
+    come from members living in an affected building."""
     if not title.strip():
         raise TicketError(_("An incident needs a title."))
     incident = Incident.objects.create(
@@ -699,11 +724,17 @@ def incident_declare(
     )
     if description.strip():
         IncidentUpdate.objects.create(incident=incident, body=description.strip(), author=actor)
+    buildings = list(buildings)
+    if buildings:
+        incident.buildings.set(buildings)
     _audit(actor=actor, action="incident.declare", obj=incident)
-    if incident.keywords:
+    if incident.keywords or buildings:
+        condition = _matching_q(incident.keywords)
+        if buildings:
+            condition |= Q(requester__member__room__building__in=buildings)
         candidates = Ticket.objects.filter(
             incident__isnull=True, status__in=ACTIVE_STATUSES, created_at__gte=incident.started_at
-        ).filter(_matching_q(incident.keywords))
+        ).filter(condition)
         incident_tickets_link(incident=incident, tickets=candidates, actor=actor, auto=True)
     transaction.on_commit(status_cache_refresh)
     return incident

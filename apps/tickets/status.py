@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +14,10 @@ STALE_KEY = "tickets:status:data:stale"
 HTML_KEY = "tickets:status:html:{language}"
 FRESH_SECONDS = 30
 HISTORY_DAYS = 14
+# Each web process keeps the rendered page this long, so most requests need no Redis round trip
+# at all; a change made by another process shows there within this time (this process at once).
+LOCAL_SECONDS = 1.0
+_local_html: dict[str, tuple[float, str]] = {}
 
 
 def _incident_dict(incident: Any) -> dict[str, Any]:
@@ -21,6 +26,7 @@ def _incident_dict(incident: Any) -> dict[str, Any]:
         "title": incident.title,
         "severity": incident.severity,
         "severity_label": str(incident.get_severity_display()),
+        "buildings": [b.name or b.code for b in incident.buildings.all()],
         "affected": list(incident.affected),
         "started_at": incident.started_at,
         "ended_at": incident.ended_at,
@@ -41,7 +47,7 @@ def status_data_build() -> dict[str, Any]:
     from apps.tickets.models import Incident
 
     now = timezone.now()
-    public = Incident.objects.filter(public=True).prefetch_related("updates")
+    public = Incident.objects.filter(public=True).prefetch_related("updates", "buildings")
     current = [_incident_dict(i) for i in public.filter(ended_at__isnull=True, started_at__lte=now)]
     history = [
         _incident_dict(i)
@@ -49,7 +55,28 @@ def status_data_build() -> dict[str, Any]:
             "-ended_at"
         )[:20]
     ]
-    return {"current": current, "history": history, "built_at": now}
+    return {
+        "current": current,
+        "history": history,
+        "firewalls": _firewall_summary(),
+        "built_at": now,
+    }
+
+
+def _firewall_summary() -> dict[str, Any] | None:
+    """How many firewalls report healthy, from the health app (None when that is unavailable:
+    the status page must render whatever state the health work is in)."""
+    from django.db import transaction
+
+    try:
+        from apps.health.selectors import firewall_host_states
+
+        with transaction.atomic():  # a savepoint: a failure here leaves the rest usable
+            states = firewall_host_states()
+    except Exception:
+        return None
+    healthy = sum(1 for state in states if state.ok)
+    return {"total": len(states), "healthy": healthy, "degraded": len(states) - healthy}
 
 
 def status_data() -> tuple[dict[str, Any], bool]:
@@ -90,10 +117,35 @@ def banner_incidents() -> list[dict[str, Any]]:
     return list(data["current"]) if data else []
 
 
+def status_html_get(language: str) -> str | None:
+    """The rendered page for `language`: from this process's copy (under LOCAL_SECONDS old),
+    else from the cache (one round trip); None when it has to be rendered."""
+    now = time.monotonic()
+    local = _local_html.get(language)
+    if local is not None and now - local[0] < LOCAL_SECONDS:
+        return local[1]
+    html = cache.get(HTML_KEY.format(language=language))
+    if html is not None:
+        _local_html[language] = (now, html)
+    return html
+
+
+def status_html_set(language: str, html: str) -> None:
+    """Keep a freshly rendered page in the cache and in this process."""
+    cache.set(HTML_KEY.format(language=language), html, FRESH_SECONDS)
+    _local_html[language] = (time.monotonic(), html)
+
+
+def status_html_forget_local() -> None:
+    """Drop this process's copies of the page (as if LOCAL_SECONDS had passed)."""
+    _local_html.clear()
+
+
 def status_cache_clear() -> None:
     """Drop the cached data and pages after an incident changed (services call it on commit)."""
     from django.conf import settings
 
+    _local_html.clear()
     cache.delete_many(
         [STATUS_KEY] + [HTML_KEY.format(language=code) for code, _name in settings.LANGUAGES]
     )

@@ -33,8 +33,9 @@ from apps.tickets.forms import (
     TicketOpenForm,
     TicketUpdateForm,
 )
+from apps.tickets.middleware import status_response
 from apps.tickets.models import CannedResponse, InboundMail, Incident, Queue, Ticket
-from apps.tickets.status import FRESH_SECONDS, HTML_KEY, status_data
+from apps.tickets.status import status_data, status_html_get, status_html_set
 
 
 def _partial(request: HttpRequest, template: str, partial: str) -> str:
@@ -137,7 +138,7 @@ class TicketDetailView(SupportRequiredMixin, View):
             "update_form": forms.get("update_form") or TicketUpdateForm(initial=update_initial),
             "canned": CannedResponse.objects.all(),
             "requester_tickets": requester_tickets,
-            "open_incidents": Incident.objects.current(),
+            "context": selectors.ticket_member_context(actor=request.user, ticket=ticket),
         }
 
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
@@ -489,21 +490,17 @@ class MyTicketDetailView(LoginRequiredMixin, View):
 
 class StatusPageView(View):
     """Public, no login, no session: served from the cache; the last good copy when the
-    database does not answer."""
+    database does not answer. Warm requests never get here: StatusPageMiddleware answers them
+    before sessions, authentication, CSRF and messages run."""
 
     def get(self, request: HttpRequest) -> HttpResponseBase:
-        from django.core.cache import cache
-
         language = translation.get_language() or "en"
-        key = HTML_KEY.format(language=language)
-        html = cache.get(key)  # one Redis round trip when warm; no database, no session
+        html = status_html_get(language)
         if html is None:
             data, stale = status_data()
             html = render_to_string(
                 "status/status_page.html", {"data": data, "stale": stale, "LANGUAGE_CODE": language}
             )
             if not stale:
-                cache.set(key, html, FRESH_SECONDS)
-        response = HttpResponse(html)
-        response["Cache-Control"] = "public, max-age=15"
-        return response
+                status_html_set(language, html)
+        return status_response(html, language)

@@ -8,7 +8,7 @@ PACKAGES=(
   python3 python3-venv
   postgresql redis-server
   nftables iproute2 iputils-ping openssh-server openssh-client socat netcat-openbsd
-  chromium fonts-dejavu-core gettext nginx-light openssl systemd
+  chromium fonts-dejavu-core gettext nginx-light openssl systemd dovecot-imapd
 )
 # Tests may add a package name here to exercise the "missing package" path.
 if [[ -n "${PORTAL_EXTRA_PACKAGES:-}" ]]; then

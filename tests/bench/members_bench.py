@@ -59,6 +59,9 @@ def main() -> None:
         "last name": [m.user.last_name for m in members],
         "first + last name": [f"{m.user.first_name} {m.user.last_name}" for m in members],
         "part of a name (4 letters)": [m.user.last_name[:4].lower() for m in members],
+        "start of a last name (3 letters)": [m.user.last_name[:3].lower() for m in members],
+        "start of a last name (2 letters)": [m.user.last_name[:2].lower() for m in members],
+        "middle of a last name (3 letters)": [m.user.last_name[1:4].lower() for m in members],
         "e-mail address": [m.user.email for m in members],
         "no match": [f"zz{n}qx" for n in range(200)],
     }

@@ -12,7 +12,7 @@ from apps.tickets.mailparse import parse_mail
 from apps.tickets.models import Ticket
 from apps.tickets.services import mail_ingest
 from apps.tickets.status import STALE_KEY, status_cache_clear
-from tests.factories import PASSWORD, UserFactory
+from tests.factories import PASSWORD, BuildingFactory, UserFactory
 from tests.integration.tickets.conftest import eager_tasks, make_mail, running_sink
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,6 +37,7 @@ def test_support_declares_incident_sees_linked_tickets_and_replies_to_all(
     settings.PORTAL_TICKET_ACKNOWLEDGE = False
     status_cache_clear()
     UserFactory(username="sam", first_name="Sam", roles=["support"])
+    building = BuildingFactory(code="B", name="House B")
     for n, who in enumerate(["Ana", "Ben", "Cem"]):
         raw = make_mail(
             subject=f"Internet offline in B{n}", sender=f"{who} <{who.lower()}@example.org>"
@@ -53,7 +54,8 @@ def test_support_declares_incident_sees_linked_tickets_and_replies_to_all(
 
     page.get_by_role("link", name="Incidents", exact=True).click()
     page.get_by_label("Title").fill("Building B offline")
-    page.get_by_label("Affected buildings or services").fill("Building B")
+    page.get_by_label("Affected buildings").select_option(label=str(building))
+    page.get_by_label("Affected services").fill("Uplink")
     page.get_by_label("Keywords").fill("offline")
     page.get_by_label("First public update").fill("The uplink of building B is down.")
     page.get_by_test_id("declare").click()
@@ -89,4 +91,5 @@ def test_support_declares_incident_sees_linked_tickets_and_replies_to_all(
     page.goto("/status/")
     expect(page.get_by_test_id("current-incident")).to_contain_text("Building B offline")
     expect(page.get_by_test_id("current-incident")).to_contain_text("uplink of building B")
+    expect(page.get_by_test_id("current-incident")).to_contain_text("Buildings: House B")
     expect(page).to_have_url(re.compile(r"/status/$"))

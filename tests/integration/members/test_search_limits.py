@@ -1,0 +1,86 @@
+"""Office-hours search at scale: short fragments, ranking, the result cap and its notice."""
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from apps.members.selectors import SEARCH_LIMIT, member_search
+from tests.factories import UserFactory, member_active
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def volunteer():
+    return UserFactory(roles=["volunteer"])
+
+
+def _member(first: str, last: str):
+    return member_active(user=UserFactory(first_name=first, last_name=last, roles=["member"]))
+
+
+def test_two_letters_match_the_start_of_a_name_only(volunteer):
+    kowalski = _member("Anna", "Kowalski")
+    _member("Marko", "Silva")  # "ko" inside a name: not a match for two letters
+    assert [m.pk for m in member_search(actor=volunteer, query="ko")] == [kowalski.pk]
+    assert [m.pk for m in member_search(actor=volunteer, query="KO")] == [kowalski.pk]
+
+
+def test_three_letters_match_anywhere_in_a_name(volunteer):
+    kowalski = _member("Anna", "Kowalski")
+    assert [m.pk for m in member_search(actor=volunteer, query="wal")] == [kowalski.pk]
+
+
+def test_exact_and_prefix_matches_come_first(volunteer):
+    inside = _member("Ola", "Abersen")  # "ersen" inside
+    starts = _member("Ben", "Ersenius")
+    exact = _member("Carl", "Ersen")
+    found = [m.pk for m in member_search(actor=volunteer, query="ersen")]
+    assert found == [exact.pk, starts.pk, inside.pk]
+
+
+def test_every_word_must_match(volunteer):
+    anna = _member("Anna", "Larsen")
+    _member("Anna", "Silva")
+    _member("Jonas", "Larsen")
+    assert [m.pk for m in member_search(actor=volunteer, query="anna lars")] == [anna.pk]
+
+
+def test_logins_without_membership_are_not_results(volunteer):
+    UserFactory(first_name="Staffer", last_name="Kowalczyk", roles=["support"])
+    member = _member("Jan", "Kowalczyk")
+    assert [m.pk for m in member_search(actor=volunteer, query="kowalczyk")] == [member.pk]
+
+
+def test_results_are_capped_and_the_page_says_so(volunteer, client):
+    for n in range(SEARCH_LIMIT + 2):
+        _member(f"Person{n:02d}", "Yilmaz")
+    assert len(member_search(actor=volunteer, query="yilmaz")) == SEARCH_LIMIT
+    client.force_login(volunteer)
+    page = client.get(reverse("members:office_hours"), {"q": "yilmaz"}).content.decode()
+    assert len(re.findall(r'href="/office-hours/members/\d+/"', page)) == SEARCH_LIMIT
+    assert f"Showing the first {SEARCH_LIMIT} matches" in page
+
+
+def test_no_cap_notice_when_everything_is_shown(volunteer, client):
+    for n in range(SEARCH_LIMIT):
+        _member(f"Person{n:02d}", "Yilmaz")
+    client.force_login(volunteer)
+    page = client.get(
+        reverse("members:office_hours"), {"q": "yilmaz"}, HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert page.count('href="/office-hours/members/') == SEARCH_LIMIT
+    assert "Showing the first" not in page
+
+
+def test_search_takes_four_queries_at_most(volunteer, django_assert_max_num_queries):
+    for n in range(5):
+        _member(f"Person{n}", "Ivanova")
+    # The actor's roles, the room lookup, the matching logins, the members with what a row shows.
+    with django_assert_max_num_queries(4):
+        results = member_search(actor=volunteer, query="ivanova")
+        rows = [
+            (str(m), m.room.label, m.status, m.user.email, m.public_ipv4.address) for m in results
+        ]
+    assert len(rows) == 5

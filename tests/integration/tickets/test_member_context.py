@@ -1,0 +1,183 @@
+"""The member's network context beside a ticket, and incidents that name real buildings."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from apps.members.models import Building
+from apps.tickets.models import Incident, Ticket
+from apps.tickets.services import incident_declare, ticket_open
+from tests.factories import UserFactory, device_add, member_active
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def support():
+    return UserFactory(username="sam", roles=["support"])
+
+
+@pytest.fixture
+def member():
+    user = UserFactory(first_name="Lea", last_name="Berg", email="lea@uni.example")
+    return member_active(user=user)
+
+
+def _page(client, support, ticket):
+    client.force_login(support)
+    response = client.get(reverse("tickets:ticket_detail", args=[ticket.pk]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_panel_shows_room_status_addresses_devices_and_incidents(client, support, member):
+    laptop = device_add(member, name="laptop", mac="02:aa:00:00:00:01")
+    ticket = ticket_open(actor=member.user, subject="Slow", body="Very slow today")
+    incident = incident_declare(
+        actor=support, title="Switch in the basement", buildings=[member.room.building]
+    )
+    elsewhere = incident_declare(actor=support, title="Mail delays", affected=["mail"])
+    page = _page(client, support, ticket)
+    panel = page[page.index('data-testid="member-context"') :]
+    assert member.room.label in panel
+    assert member.room.building.name in panel
+    assert "badge-active" in panel
+    assert member.public_ipv4.address in panel
+    for value in ("laptop", laptop.mac, laptop.ipv4, laptop.ipv6):
+        assert value in panel
+    assert incident.title in panel
+    assert elsewhere.title in panel
+    assert "this member&#x27;s building" in panel or "this member's building" in panel
+    # The member's building first.
+    assert panel.index(incident.title) < panel.index(elsewhere.title)
+    # The blocks for the work in progress are there, and empty.
+    assert 'id="context-port-forwards"' in panel
+    assert 'id="context-firewall-health"' in panel
+
+
+def test_panel_for_a_test_access_and_for_a_bare_address(client, support, member):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.members.services import member_test_access_grant
+    from tests.factories import MemberFactory
+
+    pending = MemberFactory(user=UserFactory(first_name="Tom", last_name="Test"))
+    member_test_access_grant(
+        member=pending, until=timezone.localdate() + timedelta(days=5), actor=support
+    )
+    ticket = ticket_open(actor=pending.user, subject="Speed", body="Why so slow?")
+    panel = _page(client, support, ticket)
+    assert "Test access until" in panel
+    bare = Ticket.objects.create(requester_email="x@example.org", subject="Hi")
+    assert "No member account matches" in _page(client, support, bare)
+
+
+def test_ticket_page_query_count_does_not_grow(
+    client, support, member, django_assert_max_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.network.models import NetworkSettings
+
+    NetworkSettings.objects.update_or_create(id=1, defaults={"device_limit": 20})
+    device_add(member)
+    ticket = ticket_open(actor=member.user, subject="Hi", body="One device")
+    incident_declare(actor=support, title="One", buildings=[member.room.building])
+    client.force_login(support)
+    url = reverse("tickets:ticket_detail", args=[ticket.pk])
+    client.get(url)
+    with CaptureQueriesContext(connection) as few:
+        client.get(url)
+    for n in range(8):
+        device_add(member)
+        incident_declare(actor=support, title=f"More {n}", buildings=[member.room.building])
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        page = client.get(url).content.decode()
+    assert page.count("<code>02:00:00") >= 9
+
+
+def test_ticket_from_a_member_in_an_affected_building_is_linked(support, member):
+    incident = incident_declare(
+        actor=support, title="House down", buildings=[member.room.building], keywords=["xyzzy"]
+    )
+    ticket = ticket_open(actor=member.user, subject="Printer", body="Nothing to do with it")
+    assert ticket.incident == incident
+    other = member_active()
+    assert other.room.building != member.room.building
+    unrelated = ticket_open(actor=other.user, subject="Printer", body="paper")
+    assert unrelated.incident is None
+
+
+def test_declaring_links_earlier_tickets_of_the_building(support, member):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    ticket = ticket_open(actor=member.user, subject="Dead", body="nothing works")
+    incident = incident_declare(
+        actor=support,
+        title="House down",
+        buildings=[member.room.building],
+        started_at=timezone.now() - timedelta(hours=1),
+    )
+    ticket.refresh_from_db()
+    assert ticket.incident == incident
+
+
+def test_ended_incident_links_nothing(support, member):
+    from apps.tickets.services import incident_end
+
+    incident = incident_declare(actor=support, title="Over", buildings=[member.room.building])
+    incident_end(incident=incident, actor=support)
+    ticket = ticket_open(actor=member.user, subject="Dead", body="nothing works")
+    assert ticket.incident is None
+
+
+def test_mail_from_a_member_in_an_affected_building_is_linked(listener, transactional_db):
+    from tests.integration.tickets.conftest import make_mail
+
+    staff = UserFactory(username="sam2", roles=["support"])
+    member = member_active(user=UserFactory(email="resident@uni.example"))
+    incident = incident_declare(actor=staff, title="Outage", buildings=[member.room.building])
+    listener.send(make_mail(subject="Question", sender="resident@uni.example"))
+    assert Ticket.objects.get(requester_email="resident@uni.example").incident == incident
+
+
+def test_incident_form_and_api_take_buildings(client, support, member):
+    building = member.room.building
+    client.force_login(support)
+    response = client.post(
+        reverse("tickets:incident_list"),
+        {
+            "title": "Form incident",
+            "severity": "major",
+            "buildings": [building.pk],
+            "affected": "Wi-Fi",
+            "keywords": "",
+            "started_at": "2020-01-01T00:00",
+            "public": "on",
+        },
+    )
+    assert response.status_code == 302
+    incident = Incident.objects.get(title="Form incident")
+    assert list(incident.buildings.all()) == [building]
+    assert incident.affected == ["Wi-Fi"]
+    api = client.post(
+        "/api/incidents/",
+        {"title": "API incident", "buildings": [building.code], "affected": ["mail"]},
+        content_type="application/json",
+    )
+    assert api.status_code == 201, api.content
+    assert api.json()["buildings"] == [building.code]
+    assert client.get("/api/incidents/").json()["results"][0]["buildings"] == [building.code]
+
+
+def test_status_page_names_the_buildings(client, support, member):
+    building: Building = member.room.building
+    incident_declare(actor=support, title="Public outage", buildings=[building])
+    page = client.get("/status/").content.decode()
+    assert building.name in page

@@ -1,0 +1,68 @@
+"""The status page's fast path: warm requests skip sessions and the database; firewall health."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from apps.firewall.models import FirewallHost
+from apps.tickets.services import incident_declare
+from apps.tickets.status import status_cache_clear, status_data
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_warm_page_needs_no_session_no_database_and_keeps_its_headers(
+    django_assert_num_queries,
+):
+    incident_declare(actor=UserFactory(roles=["support"]), title="Fiber cut")
+    status_cache_clear()
+    url = reverse("tickets:status_page")
+    assert "Fiber cut" in Client().get(url).text  # renders and stores
+    with django_assert_num_queries(0):
+        response = Client().get(url, HTTP_ACCEPT_LANGUAGE="en")
+    assert "Fiber cut" in response.text
+    assert "sessionid" not in response.cookies
+    assert "csrftoken" not in response.cookies
+    assert response["Cache-Control"] == "public, max-age=15"
+    assert response["X-Frame-Options"] == "DENY"
+    assert response["X-Content-Type-Options"] == "nosniff"  # SecurityMiddleware still ran
+    assert "Accept-Language" in response["Vary"]
+    assert response["Content-Language"] == "en"
+
+
+def test_each_language_gets_its_own_page():
+    status_cache_clear()
+    url = reverse("tickets:status_page")
+    english = Client().get(url, HTTP_ACCEPT_LANGUAGE="en").text
+    german = Client().get(url, HTTP_ACCEPT_LANGUAGE="de").text
+    assert "Network status" in english
+    assert 'lang="de"' in german
+    assert Client().get(url, HTTP_ACCEPT_LANGUAGE="de").text == german
+    assert Client().get(url, HTTP_ACCEPT_LANGUAGE="en").text == english
+
+
+def test_post_is_not_answered_by_the_fast_path():
+    Client().get(reverse("tickets:status_page"))
+    response = Client().post(reverse("tickets:status_page"))
+    assert response.status_code == 405
+
+
+def test_firewall_health_summary_is_shown_from_the_cached_data():
+    status_cache_clear()
+    FirewallHost.objects.create(name="nat1", address="10.255.255.11")
+    FirewallHost.objects.create(name="nat2", address="10.255.255.12")
+    data, _stale = status_data()
+    # No health samples yet: both count as reporting a problem ("no data").
+    assert data["firewalls"] == {"total": 2, "healthy": 0, "degraded": 2}
+    page = Client().get(reverse("tickets:status_page")).text
+    assert 'data-testid="firewall-summary"' in page
+    assert "2 of 2 firewalls report a problem" in page
+
+
+def test_no_firewalls_no_summary():
+    status_cache_clear()
+    page = Client().get(reverse("tickets:status_page")).text
+    assert 'data-testid="firewall-summary"' not in page
