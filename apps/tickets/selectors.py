@@ -172,11 +172,19 @@ def ticket_member_context(*, actor: Any, ticket: Ticket) -> dict[str, Any]:
             b.pk == building_id for b in incident.buildings.all()
         )
     incidents.sort(key=lambda i: not i.affects_member)  # the member's building first
+    forwards = None
+    if member is not None:
+        from apps.firewall.selectors import live_attach
+        from apps.network.selectors import member_port_forwards
+
+        forwards = list(member_port_forwards(actor=actor, member=member))
+        live_attach(f for f in forwards if f.enabled)
+    from apps.health.selectors import firewall_host_states
+
     return {
         "member": member,
         "devices": devices,
         "open_incidents": incidents,
-        # Filled by the port-forward and firewall-health work in progress (see the template).
-        "port_forwards": None,
-        "firewall_health": None,
+        "port_forwards": forwards,
+        "firewall_health": firewall_host_states(),
     }

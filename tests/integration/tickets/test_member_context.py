@@ -51,7 +51,7 @@ def test_panel_shows_room_status_addresses_devices_and_incidents(client, support
     assert "this member&#x27;s building" in panel or "this member's building" in panel
     # The member's building first.
     assert panel.index(incident.title) < panel.index(elsewhere.title)
-    # The blocks for the work in progress are there, and empty.
+    # The forwards and firewall blocks are there (filled in the test below).
     assert 'id="context-port-forwards"' in panel
     assert 'id="context-firewall-health"' in panel
 
@@ -181,3 +181,23 @@ def test_status_page_names_the_buildings(client, support, member):
     incident_declare(actor=support, title="Public outage", buildings=[building])
     page = client.get("/status/").content.decode()
     assert building.name in page
+
+
+def test_panel_shows_forwards_with_their_live_state_and_firewall_health(client, support, member):
+    from apps.firewall.models import FirewallHost
+    from apps.health.models import HostHealthSample
+    from tests.factories import forward_add
+
+    host = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    HostHealthSample.objects.create(
+        host=host, reachable=True, conntrack_count=950, conntrack_max=1000, softirq_max_share=0.1
+    )
+    forward_add(member, ports="25565")
+    ticket = ticket_open(actor=member.user, subject="Minecraft", body="Nobody can join")
+    panel = _page(client, support, ticket)
+    panel = panel[panel.index('id="context-port-forwards"') :]
+    assert "tcp 25565" in panel
+    assert 'data-state="pending"' in panel
+    health = panel[panel.index('id="context-firewall-health"') :]
+    assert "pl-nat1" in health
+    assert "Connection tracking table 95% full." in health
