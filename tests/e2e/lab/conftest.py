@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_support import LAB_VAR, MGMT, fw, lab_sh, reset_host, ruleset, run
+from lab_support import LAB_VAR, MGMT, WORKER_ENV, fw, lab_sh, reset_host, ruleset, run
 
 
 def pytest_configure(config):
@@ -73,3 +73,41 @@ def hosts(lab):
     lab_sh("sshd-start", "nat2")
     for name in MGMT:  # leave the hosts as the other lab tests expect them
         reset_host(name)
+
+
+@pytest.fixture
+def sync_on(settings):
+    """Network changes start real firewall runs (debounced briefly)."""
+    from apps.firewall.pipeline import LOCK_KEY, SCHEDULED_KEY
+    from portal.redis import redis_client
+
+    settings.PORTAL_FIREWALL_SYNC = True
+    settings.PORTAL_FIREWALL_DEBOUNCE = 0.2
+    redis_client().delete(LOCK_KEY, SCHEDULED_KEY, "portal:firewall:causes")
+
+
+@pytest.fixture
+def worker(hosts, sync_on, tmp_path):
+    """A real Celery worker on the test database, for as long as the test runs."""
+    from tests.celery_proc import celery_start, celery_stop, wait_until
+
+    proc = celery_start(
+        "worker",
+        "--pool",
+        "solo",
+        "--purge",
+        "--without-mingle",
+        "--without-gossip",
+        "-l",
+        "INFO",
+        "--hostname",
+        f"fw-{os.getpid()}@%h",
+        log=tmp_path / "worker.log",
+        env=WORKER_ENV,
+    )
+    try:
+        ready = wait_until(lambda: "ready" in (tmp_path / "worker.log").read_text(), 30)
+        assert ready, (tmp_path / "worker.log").read_text()
+        yield proc
+    finally:
+        celery_stop(proc)

@@ -16,6 +16,8 @@ HOSTS = {"pl-nat1": "10.255.255.11", "pl-nat2": "10.255.255.12"}
 
 
 MGMT = {"pl-nat1": "10.255.255.11", "pl-nat2": "10.255.255.12"}
+# Workers in lab tests: a dead run's lock expires fast; unconfirmed applies revert fast.
+WORKER_ENV = {"PORTAL_FIREWALL_LOCK_TTL": "5", "PORTAL_FIREWALL_CONFIRM_WITHIN": "10"}
 
 
 def run(*argv: str, input: str | None = None, timeout: float = 30, env=None):

@@ -9,48 +9,15 @@ import subprocess
 import time
 
 import pytest
-from lab_support import in_ns, lab_sh
+from lab_support import WORKER_ENV, in_ns, lab_sh
 
 from apps.firewall.models import FirewallHost, RuleSetVersion
-from apps.firewall.pipeline import LOCK_KEY, SCHEDULED_KEY
+from apps.firewall.pipeline import LOCK_KEY
 from portal.redis import redis_client
 from tests.celery_proc import celery_start, celery_stop, wait_until
 from tests.factories import device_add, member_active
 
 pytestmark = [pytest.mark.lab, pytest.mark.django_db(transaction=True)]
-
-WORKER_ENV = {"PORTAL_FIREWALL_LOCK_TTL": "5", "PORTAL_FIREWALL_CONFIRM_WITHIN": "10"}
-
-
-@pytest.fixture
-def sync_on(settings):
-    settings.PORTAL_FIREWALL_SYNC = True
-    settings.PORTAL_FIREWALL_DEBOUNCE = 0.2
-    redis_client().delete(LOCK_KEY, SCHEDULED_KEY, "portal:firewall:causes")
-
-
-@pytest.fixture
-def worker(hosts, sync_on, tmp_path):
-    proc = celery_start(
-        "worker",
-        "--pool",
-        "solo",
-        "--purge",
-        "--without-mingle",
-        "--without-gossip",
-        "-l",
-        "INFO",
-        "--hostname",
-        f"fw-{os.getpid()}@%h",
-        log=tmp_path / "worker.log",
-        env=WORKER_ENV,
-    )
-    try:
-        ready = wait_until(lambda: "ready" in (tmp_path / "worker.log").read_text(), 30)
-        assert ready, (tmp_path / "worker.log").read_text()
-        yield proc
-    finally:
-        celery_stop(proc)
 
 
 def in_snat_map(host: str, address: str) -> bool:
