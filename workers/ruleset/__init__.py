@@ -5,6 +5,8 @@ Public API (what `apps/firewall` calls)::
     snapshot = Snapshot(policy=Policy(...), host=Host(...), members=(Member(...), ...))
     compiled = compile_snapshot(snapshot)       # .nft, .tc, .content_hash, .counts, .ruleset
     step = diff(previous_compiled, compiled)    # Incremental(.nft, .tc, ...) or None: use full
+    stored = snapshot.to_json()                 # compact, deterministic; store with the version
+    step = diff_stored(stored, stored_hash, compiled)   # the same increment from stored data
 
 Nothing here imports Django or Celery (tests/unit/ruleset checks it). See docs in `build`
 (rule layout), `render` (transaction and version marker), `diff` (increments) and
@@ -14,7 +16,7 @@ Nothing here imports Django or Celery (tests/unit/ruleset checks it). See docs i
 from __future__ import annotations
 
 from workers.ruleset.build import TABLE_FAMILY, TABLE_NAME, VERSION_SET, build
-from workers.ruleset.diff import Incremental, diff, diff_rulesets
+from workers.ruleset.diff import Incremental, diff, diff_rulesets, diff_stored
 from workers.ruleset.render import Compiled, render, version_comment
 from workers.ruleset.snapshot import (
     Device,
@@ -66,6 +68,7 @@ __all__ = [
     "compile_snapshot",
     "diff",
     "diff_rulesets",
+    "diff_stored",
     "render",
     "version_comment",
     "version_read_command",

@@ -10,15 +10,21 @@ and both hold the same kernel state.
 
 Apply order on the host: the tc batch, then the nft transaction (a class must exist before the
 priority map points at it; until then packets fall into the default class, which is harmless).
+
+From stored data: `diff_stored(previous.to_json(), previous_hash, new)` recompiles the stored
+snapshot and diffs; it answers None (full replacement) when the recompile does not reproduce
+the stored hash, i.e. when the compiler changed in between. A hash set that would outgrow its
+declared `size` changes the structure, so it also gets the full replacement.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.ruleset.build import VERSION_SET
+from workers.ruleset.build import VERSION_SET, build
 from workers.ruleset.ir import ELEMENT_SEP, Ruleset
-from workers.ruleset.render import VERSION_ELEMENT, Compiled, class_line, version_element
+from workers.ruleset.render import VERSION_ELEMENT, Compiled, class_line, render, version_element
+from workers.ruleset.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +103,18 @@ def diff_rulesets(old: Ruleset, new: Ruleset, old_hash: str, new_hash: str) -> I
 def diff(old: Compiled, new: Compiled) -> Incremental | None:
     """The incremental transaction from compile `old` to compile `new`; None: use `new` in full."""
     return diff_rulesets(old.ruleset, new.ruleset, old.content_hash, new.content_hash)
+
+
+def diff_stored(
+    previous_snapshot_json: str | bytes, previous_hash: str, new: Compiled
+) -> Incremental | None:
+    """The increment from a stored version (its `Snapshot.to_json()` and content hash) to `new`.
+
+    The previous snapshot is compiled again; when that does not reproduce `previous_hash` (the
+    compiler changed since the previous version was stored) there is no safe base and the
+    answer is None: apply `new` in full.
+    """
+    old = render(build(Snapshot.from_json(previous_snapshot_json)))
+    if old.content_hash != previous_hash:
+        return None
+    return diff(old, new)

@@ -24,15 +24,16 @@ class SetDef:
     value_type: str | None = None
     flags: tuple[str, ...] = ()
     elements: tuple[str, ...] = ()
+    size: int | None = None  # declared capacity of a hash set (see build.capacity)
 
     @property
     def kind(self) -> str:
         """'set' or 'map', as nft spells it."""
         return "set" if self.value_type is None else "map"
 
-    def structure(self) -> tuple[str, str, str | None, tuple[str, ...]]:
+    def structure(self) -> tuple[str, str, str | None, tuple[str, ...], int | None]:
         """Definition without elements."""
-        return (self.name, self.key_type, self.value_type, self.flags)
+        return (self.name, self.key_type, self.value_type, self.flags, self.size)
 
 
 @dataclass(frozen=True, slots=True)

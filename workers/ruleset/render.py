@@ -32,6 +32,7 @@ its classes, so passing through pfifo is what makes the full batch a clean repla
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -81,6 +82,8 @@ def _set_text(table: Table, s: SetDef, out: list[str]) -> None:
     out.append(f"\t\ttype {s.key_type}{vt}\n")
     if s.flags:
         out.append(f"\t\tflags {', '.join(s.flags)}\n")
+    if s.size is not None:
+        out.append(f"\t\tsize {s.size}\n")
     elements = s.elements
     if s.name == "version" and table.name == "portal_fw":
         elements = (f'{VERSION_ELEMENT} comment "{_HASH_PLACEHOLDER}"',)
@@ -123,6 +126,7 @@ def _burst(kbit: int) -> int:
     return max(kbit // 8, 1600)
 
 
+@functools.lru_cache(maxsize=4096)  # members share a handful of profiles
 def _htb_params(kbit: int, ceil_kbit: int) -> str:
     burst = _burst(kbit)
     cburst = _burst(ceil_kbit)

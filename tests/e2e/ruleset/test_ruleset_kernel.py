@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
-
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from tests.e2e.ruleset import topology as t
 from tests.e2e.ruleset.scenario import HOST, POLICY, lab_members, lab_snapshot
+from tests.unit.ruleset.strategies import snapshots
 from workers.ruleset import compile_snapshot, diff
 from workers.ruleset import snapshot as s
 from workers.ruleset.synthetic import synthetic_member
@@ -23,7 +21,7 @@ def kernel_state(ns: str) -> tuple[object, object, object]:
 
 def changed_members() -> tuple[s.Member, ...]:
     """Every kind of element change against lab_members(): forwards, openings, shaping, devices."""
-    m1, m2 = lab_members()
+    m1, m2, _ = lab_members()
     m1 = s.Member(
         id=1,
         public_ipv4=m1.public_ipv4,
@@ -39,6 +37,7 @@ def changed_members() -> tuple[s.Member, ...]:
     m2 = s.Member(
         id=2, public_ipv4=m2.public_ipv4, devices=m2.devices, shaping=s.Shaping(3000, 1000)
     )
+    # member 3 gets a public IPv4: its device moves from nopub4 to src_nat
     m3 = s.Member(id=3, public_ipv4="198.51.100.7", devices=(s.Device(id=30, ipv4="10.100.0.30"),))
     return (m1, m2, m3)
 
@@ -107,92 +106,6 @@ def test_mq_root_with_one_htb_per_queue_loads(scratch_ns: str) -> None:
 
 
 # ---------------------------------------------------------------- generated snapshots pass nft -c
-
-
-@st.composite
-def snapshots(draw: st.DrawFn) -> s.Snapshot:
-    n = draw(st.integers(0, 6))
-    ids = draw(st.lists(st.integers(1, 70000), min_size=n, max_size=n, unique=True))
-    v4 = iter(draw(st.lists(st.integers(2, 65000), min_size=3 * n, max_size=3 * n, unique=True)))
-    pubs = iter(draw(st.lists(st.integers(1, 254), min_size=n, max_size=n, unique=True)))
-    members = []
-    for k, mid in enumerate(ids):
-        devices = []
-        used_v6: set[int] = set()  # two devices of one member never share an address
-        for j in range(draw(st.integers(1, 3))):
-            a4 = ipaddress.IPv4Address(int(ipaddress.IPv4Address("10.100.0.0")) + next(v4))
-            v6 = [
-                x
-                for x in draw(st.lists(st.integers(1, 2**64 - 1), max_size=2, unique=True))
-                if x not in used_v6
-            ]
-            used_v6.update(v6)
-            prefix = int(ipaddress.IPv6Address("2001:db8:100::")) + ((k + 1) << 64)
-            devices.append(
-                s.Device(
-                    id=mid * 10 + j,
-                    ipv4=a4,
-                    ipv6=tuple(ipaddress.IPv6Address(prefix + x) for x in v6),
-                )
-            )
-        forwards: list[s.PortForward] = []
-        taken: dict[str, list[s.PortRange]] = {"tcp": [], "udp": []}
-        for f in range(draw(st.integers(0, 5))):
-            proto = draw(st.sampled_from(list(s.Protocol)))
-            first = draw(st.integers(1, 65535))
-            length = draw(st.integers(1, 20))
-            last = min(first + length - 1, 65535)
-            pr = s.PortRange(first, last)
-            if any(pr.overlaps(o) for p in proto.l4 for o in taken[p]):
-                continue
-            tfirst = draw(st.sampled_from([first, max(1, min(first + 7, 65535 - (last - first)))]))
-            target = s.PortRange(tfirst, tfirst + last - first)
-            for p in proto.l4:
-                taken[p].append(pr)
-            dev = draw(st.sampled_from(devices))
-            forwards.append(
-                s.PortForward(f + 1, proto, pr, dev.id, target, enabled=draw(st.booleans()))
-            )
-        openings = []
-        for o in range(draw(st.integers(0, 4))):
-            dev = draw(st.sampled_from(devices))
-            ports = draw(st.none() | st.tuples(st.integers(1, 65535), st.integers(0, 30)))
-            rng = None if ports is None else s.PortRange(ports[0], min(65535, ports[0] + ports[1]))
-            openings.append(s.Opening(o + 1, dev.id, draw(st.sampled_from(list(s.Protocol))), rng))
-        shaping = draw(
-            st.none() | st.builds(s.Shaping, st.integers(8, 10**7), st.integers(8, 10**7))
-        )
-        members.append(
-            s.Member(
-                id=mid,
-                public_ipv4=f"198.51.100.{next(pubs)}",
-                devices=tuple(devices),
-                forwards=tuple(forwards),
-                openings=tuple(openings),
-                shaping=shaping,
-            )
-        )
-    policy = s.Policy(
-        management_networks=draw(
-            st.sampled_from([(), ("10.255.255.0/24", "10.255.255.0/28"), ("2001:db8:ff00::/56",)])
-        ),
-        blocked_outbound=draw(
-            st.lists(
-                st.tuples(st.sampled_from(["tcp", "udp", "both"]), st.integers(1, 200)), max_size=4
-            )
-        ),
-        blocked_inbound=draw(
-            st.lists(
-                st.tuples(
-                    st.sampled_from(["tcp", "udp", "both"]),
-                    st.tuples(st.integers(100, 140), st.integers(140, 200)),
-                ),
-                max_size=3,
-            )
-        ),
-        inbound_icmpv6_echo=draw(st.booleans()),
-    )
-    return s.Snapshot(policy=policy, host=HOST, members=tuple(members))
 
 
 @pytest.fixture(scope="module")

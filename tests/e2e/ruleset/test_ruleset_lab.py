@@ -11,7 +11,10 @@ from tests.e2e.ruleset.scenario import (
     DEV1_V4,
     DEV1_V6,
     DEV2_V4,
+    DEV3_V4,
+    DEV3_V6,
     INET_V4,
+    INET_V6,
     PUB1,
     PUB2,
     SHAPED_KBIT,
@@ -61,7 +64,17 @@ def test_ipv6_opening_reachable_and_closed_port_not(lab: Compiled) -> None:
         assert "peer=" not in closed.stop()
 
 
+SPOOF4 = "anti-spoofing: IPv4"
+SPOOF6 = "anti-spoofing: IPv6"
+NO_NAT = "member without public IPv4: no Internet via NAT"
+
+
+def counter(comment: str) -> int:
+    return t.rule_counter(t.FW, "from_members", comment)
+
+
 def test_spoofed_sources_dropped(lab: Compiled) -> None:
+    spoof4, spoof6 = counter(SPOOF4), counter(SPOOF6)
     with (
         t.Server(t.INET, INET_V4, "9002", "--udp") as srv4,
         t.Server(t.INET, "2001:db8:ffff::10", "9002", "--udp") as srv6,
@@ -77,6 +90,26 @@ def test_spoofed_sources_dropped(lab: Compiled) -> None:
         )
         assert srv4.stop().split() == [f"peer={PUB1}"]
         assert srv6.stop().split() == [f"peer={DEV1_V6}"]
+    assert counter(SPOOF4) > spoof4  # dropped by the anti-spoofing rules, not elsewhere
+    assert counter(SPOOF6) > spoof6
+
+
+def test_member_without_public_ipv4_is_no_spoofer_but_gets_no_ipv4_internet(
+    lab: Compiled,
+) -> None:
+    """Intended: its devices pass anti-spoofing; IPv4 to the Internet is dropped by the rule
+    that says why (no public IPv4, so no NAT); IPv6 needs no NAT and reaches the Internet."""
+    spoof4, no_nat = counter(SPOOF4), counter(NO_NAT)
+    with (
+        t.Server(t.INET, INET_V4, "9006", "--udp") as srv4,
+        t.Server(t.INET, INET_V6, "9006", "--udp") as srv6,
+    ):
+        assert connect(t.DORM, INET_V4, 9006, "--udp", "--bind", DEV3_V4).startswith("ERROR")
+        assert connect(t.DORM, INET_V6, 9006, "--udp", "--bind", DEV3_V6) == f"peer={DEV3_V6}"
+        assert "peer=" not in srv4.stop()
+        assert srv6.stop().split() == [f"peer={DEV3_V6}"]
+    assert counter(NO_NAT) > no_nat
+    assert counter(SPOOF4) == spoof4
 
 
 def test_outbound_port_25_dropped(lab: Compiled) -> None:

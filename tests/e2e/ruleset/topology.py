@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,10 @@ def add_namespace(name: str) -> None:
     assert name.startswith(PREFIX)
     run("ip", "netns", "add", name)
     run("ip", "link", "set", "lo", "up", ns=name)
+    # No duplicate address detection: a tentative link-local address delays neighbour
+    # discovery by a second or two, and the first IPv6 connection of a test timed out.
+    for conf in ("all", "default"):
+        run("sysctl", "-qw", f"net.ipv6.conf.{conf}.accept_dad=0", ns=name)
 
 
 def teardown() -> None:
@@ -114,6 +119,16 @@ def build_topology(dorm_addresses: list[str]) -> None:
     run("ip", "-6", "route", "add", "2001:db8:100::/48", "via", "2001:db8:ffff::1", ns=INET)
     run("ip", "route", "add", "default", "via", "10.100.0.1", ns=DORM)
     run("ip", "-6", "route", "add", "default", "via", "2001:db8:100:1::1", ns=DORM)
+    wait_until_no_tentative_addresses((FW, INET, DORM))
+
+
+def wait_until_no_tentative_addresses(names: tuple[str, ...], seconds: float = 5) -> None:
+    """Bounded wait until no IPv6 address in `names` is still tentative."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(run("ip", "-6", "addr", "show", "tentative", ns=ns).strip() for ns in names):
+            return
+        time.sleep(0.1)
 
 
 def load(ns: str, nft: str | None = None, tc: str | None = None) -> None:
@@ -236,3 +251,12 @@ def tc_classes(ns: str, dev: str) -> list[str]:
         for line in run("tc", "class", "show", "dev", dev, ns=ns).splitlines()
         if line.startswith("class htb")
     )
+
+
+def rule_counter(ns: str, chain: str, comment: str) -> int:
+    """Packets counted by the rule of `chain` (table inet portal_fw) whose comment starts so."""
+    listing = run("nft", "list", "chain", "inet", "portal_fw", chain, ns=ns)
+    for line in listing.splitlines():
+        if f'comment "{comment}' in line:
+            return int(line.split("counter packets ")[1].split()[0])
+    raise AssertionError(f"no rule with comment {comment!r} in chain {chain}")

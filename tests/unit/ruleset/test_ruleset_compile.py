@@ -90,9 +90,15 @@ def test_only_portal_table_is_named(small_snapshot: s.Snapshot) -> None:
 
 def test_counts(small_snapshot: s.Snapshot) -> None:
     counts = compile_snapshot(small_snapshot).counts
-    assert counts["portal_fw.fwd_ports"] == 6  # tcp 8080, both 3074 (2), shifted 2200-2202 (3)
+    assert counts["portal_fw.fwd_tcp"] == 4  # tcp 8080, shifted 2200-2202 (3)
+    assert counts["portal_fw.fwd_both"] == 1  # one element for tcp and udp
+    assert counts["portal_fw.fwd_udp"] == 0
     assert counts["portal_fw.fwd_ranges"] == 1
-    assert counts["portal_fw.src_nat"] == 3  # member 3 has no public address
+    assert counts["portal_fw.src_nat"] == 3  # member 3 has no public address ...
+    assert counts["portal_fw.nopub4"] == 1  # ... so its device is here (anti-spoofing passes)
+    assert counts["portal_fw.src6_net"] == 2  # members 1 and 2 each own their /64
+    assert counts["portal_fw.src6"] == 0
+    assert counts["portal_fw.shape6_net"] == 1
     assert counts["portal_fw.open6_all"] == 2
     assert counts["htb.classes"] == 2  # member 2 down and up
 
@@ -182,3 +188,56 @@ def test_compiler_uses_only_the_standard_library() -> None:
             if line.startswith(("import ", "from ")):
                 top = words[1].split(".")[0]
                 assert top in allowed or top == "__future__", f"{path.name}: {line}"
+
+
+def _rule(text: str, comment: str) -> str:
+    return next(line.strip() for line in text.splitlines() if f'comment "{comment}' in line)
+
+
+def test_member_without_public_ipv4_passes_anti_spoofing_but_gets_no_nat(
+    small_snapshot: s.Snapshot,
+) -> None:
+    text = compile_snapshot(small_snapshot).nft
+    assert "elements = { 10.100.0.30 }" in text  # set nopub4: member 3's device
+    assert "10.100.0.30 :" not in text  # never in src_nat
+    spoof = _rule(text, "anti-spoofing: IPv4")
+    assert spoof.startswith("ip saddr != @src_nat ip saddr != @nopub4 counter drop")
+    no_nat = _rule(text, "member without public IPv4")
+    assert no_nat.startswith('oifname "pl-cfwu" ip saddr @nopub4 counter drop')
+    chain = text.split("chain from_members {")[1].split("}")[0]
+    assert chain.index("anti-spoofing: IPv4") < chain.index("member without public IPv4")
+
+
+def test_ipv6_anti_spoofing_per_member_64_and_per_address_when_shared() -> None:
+    own = make_member(1, public="198.51.100.5")  # 2001:db8:100:1::a
+    roommate = make_member(2, public="198.51.100.6")  # 2001:db8:100:1::b, the same /64
+    alone = s.Member(
+        id=3,
+        public_ipv4="198.51.100.7",
+        devices=(
+            s.Device(id=30, ipv4="10.100.0.30", ipv6=("2001:db8:100:3::1", "2001:db8:100:3::2")),
+            s.Device(id=31, ipv4="10.100.0.31", ipv6=("2001:db8:100:3::3",)),
+        ),
+        shaping=s.Shaping(1000, 1000),
+    )
+    sets = {
+        x.name: x.elements
+        for x in compile_snapshot(make_snapshot((own, roommate, alone))).ruleset.tables[0].sets
+    }
+    assert sets["src6_net"] == ("2001:db8:100:3::",)  # one element for member 3's three
+    assert sets["src6"] == ("2001:db8:100:1::a", "2001:db8:100:1::b")  # shared /64: exact
+    assert sets["shape6_net"] == ("2001:db8:100:3:: : 1:12",)
+    assert sets["shape6"] == ()
+
+
+def test_hash_sets_are_sized_and_bounded() -> None:
+    from workers.ruleset.build import capacity
+
+    assert capacity(0) == 1024
+    assert capacity(60_000) == 131072
+    assert all(capacity(n) >= n * 5 // 4 for n in (0, 1, 819, 820, 5000, 104_857, 104_858))
+    sets = compile_snapshot(make_snapshot()).ruleset.tables[0].sets
+    for x in sets:
+        if "interval" not in x.flags and x.name != "version":
+            assert x.size is not None
+            assert x.size >= len(x.elements)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit.ruleset.builders import make_member, make_small_members, make_snapshot
-from workers.ruleset import compile_snapshot, diff
+from workers.ruleset import compile_snapshot, diff, diff_stored
 from workers.ruleset import snapshot as s
 from workers.ruleset.synthetic import synthetic_member, synthetic_snapshot
 
@@ -40,8 +40,7 @@ def test_new_forward_is_a_few_elements(small_snapshot: s.Snapshot) -> None:
     lines = step.nft.splitlines()
     assert lines[0].startswith("# portal increment")
     assert (
-        "add element inet portal_fw fwd_ports { 198.51.100.6 . tcp . 25565 : 10.100.0.20 . 25565 }"
-        in lines
+        "add element inet portal_fw fwd_tcp { 198.51.100.6 . 25565 : 10.100.0.20 . 25565 }" in lines
     )
     assert (
         lines[-1]
@@ -62,9 +61,9 @@ def test_changed_map_value_is_deleted_then_added() -> None:
     step = diff(compile_snapshot(make_snapshot((m,))), compile_snapshot(make_snapshot((m_new,))))
     assert step is not None
     text = step.nft
-    assert "delete element inet portal_fw fwd_ports { 198.51.100.5 . tcp . 8080 }" in text
-    assert text.index("delete element inet portal_fw fwd_ports") < text.index(
-        "add element inet portal_fw fwd_ports"
+    assert "delete element inet portal_fw fwd_tcp { 198.51.100.5 . 8080 }" in text
+    assert text.index("delete element inet portal_fw fwd_tcp") < text.index(
+        "add element inet portal_fw fwd_tcp"
     )
 
 
@@ -80,6 +79,7 @@ def test_unshaping_a_member_deletes_its_classes() -> None:
         "class del dev pl-cfwu classid 1:10",
     ]
     assert "delete element inet portal_fw shape4 { 10.100.0.10 }" in step.nft
+    assert "delete element inet portal_fw shape6_net { 2001:db8:100:1:: }" in step.nft
 
 
 def test_one_change_in_a_large_snapshot_is_small() -> None:
@@ -93,3 +93,25 @@ def test_one_change_in_a_large_snapshot_is_small() -> None:
     assert step.added < 40
     assert step.deleted < 40
     assert len(step.nft) < 8000
+
+
+def test_set_outgrowing_its_size_asks_for_full_replacement() -> None:
+    small = synthetic_snapshot(10)
+    grown = synthetic_snapshot(400)  # src_nat: 30 -> 1200 elements, above capacity 1024
+    assert diff(compile_snapshot(small), compile_snapshot(grown)) is None
+
+
+def test_diff_from_stored_json_equals_diff_from_objects(small_snapshot: s.Snapshot) -> None:
+    old = compile_snapshot(small_snapshot)
+    members = make_small_members()
+    new = compile_snapshot(make_snapshot((members[0], members[2])))  # member 3 leaves
+    stored = small_snapshot.to_json()
+    step = diff_stored(stored, old.content_hash, new)
+    assert step is not None
+    assert step == diff(old, new)
+    assert "delete element inet portal_fw nopub4 { 10.100.0.30 }" in step.nft
+
+
+def test_diff_from_stored_json_refuses_a_foreign_base(small_snapshot: s.Snapshot) -> None:
+    new = compile_snapshot(small_snapshot)
+    assert diff_stored(small_snapshot.to_json(), "0" * 64, new) is None
