@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.http import Http404
 from django.utils.translation import gettext
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
@@ -187,11 +187,28 @@ def _own_device(request: Request, device_id: int) -> Device:
     return found
 
 
-class LiveStateField(serializers.SerializerMethodField):
+class LiveHostSerializer(serializers.Serializer):
+    host = serializers.CharField()
+    state = serializers.ChoiceField(choices=["live", "pending", "failed"])
+    since = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField()
+
+
+class LiveStateSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=["live", "pending", "failed"])
+    hosts = LiveHostSerializer(many=True)
+    since = serializers.DateTimeField(allow_null=True, help_text="live on every host since")
+    reason = serializers.CharField(help_text="why a host failed, if one did")
+
+
+@extend_schema_field(LiveStateSerializer(allow_null=True))
+class LiveStateField(serializers.Field):
     """Whether the firewalls enforce the row: pending / live (on which hosts, since) / failed."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(method_name=None, **kwargs)
+        kwargs["source"] = "*"
+        kwargs["read_only"] = True
+        super().__init__(**kwargs)
 
     def to_representation(self, obj: Any) -> dict[str, Any] | None:
         if not obj.enabled:
@@ -201,7 +218,10 @@ class LiveStateField(serializers.SerializerMethodField):
         live = obj.live
         return {
             "state": live["state"],
-            "hosts": live["per_host"],
+            "hosts": [
+                {**h, "since": h["since"].isoformat() if h["since"] else None}
+                for h in live["per_host"]
+            ],
             "since": live["since"].isoformat() if live["since"] else None,
             "reason": live["reason"],
         }
