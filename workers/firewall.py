@@ -12,7 +12,13 @@ log = structlog.get_logger(__name__)
 def firewall_sync(self, cause: str = "") -> None:  # type: ignore[no-untyped-def]
     """Compile the database for every host and roll it out, one run at a time."""
     from apps.firewall.pipeline import LockBusy, firewall_causes_take, firewall_lock
-    from apps.firewall.services import CompileError, ruleset_compile, ruleset_rollout
+    from apps.firewall.services import (
+        CompileError,
+        compiled_snapshot,
+        ruleset_compile,
+        ruleset_rollout,
+        version_snapshots_store,
+    )
 
     try:
         with firewall_lock():
@@ -24,6 +30,13 @@ def firewall_sync(self, cause: str = "") -> None:  # type: ignore[no-untyped-def
                 log.error("firewall.compile_failed", error=str(exc))
                 return
             outcomes = ruleset_rollout(versions=versions)
+            version_snapshots_store(  # off the critical path: after the rollout
+                versions=versions,
+                snapshots={
+                    v.pk: compiled_snapshot(host_id=v.host_id, content_hash=v.content_hash)
+                    for v in versions
+                },
+            )
             log.info(
                 "firewall.synced",
                 cause=summary,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -104,6 +106,9 @@ class RuleSetVersion(models.Model):
     created_at = models.DateTimeField(_("created"), default=timezone.now)
     # The database state it was compiled from: every row changed before this is in it.
     snapshot_at = models.DateTimeField(_("snapshot time"), default=timezone.now)
+    # The compiler's input (zlib-compressed Snapshot JSON) for incremental transactions from
+    # this version; kept for the newest few versions only.
+    snapshot_json = models.BinaryField(_("snapshot"), null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -113,6 +118,12 @@ class RuleSetVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host} #{self.pk} {self.content_hash[:12]}"
+
+    def snapshot_text(self) -> str | None:
+        """The stored Snapshot JSON, or None when it was not kept."""
+        if not self.snapshot_json:
+            return None
+        return zlib.decompress(bytes(self.snapshot_json)).decode("ascii")
 
 
 class PushLogEntry(models.Model):

@@ -129,7 +129,17 @@ class _Push:
         self.log(PushStep.CONNECT, True, "", started)
         applied = False
         try:
-            reply = self.step(session, PushStep.CHECK, "check", stdin=version.nft_text)
+            increment = increment_for(host=self.host, version=version)
+            mode: tuple[str, ...] = ()
+            if increment is not None:
+                # The host holds the previous version: send only the element changes.
+                reply = self.step(
+                    session, PushStep.CHECK, "check", "--incremental", stdin=increment
+                )
+                if reply.ok:
+                    mode = ("--incremental",)
+            if not mode:
+                reply = self.step(session, PushStep.CHECK, "check", stdin=version.nft_text)
             if not reply.ok:
                 return self.fail(PushStep.CHECK, f"the host refused the rule set: {reply.message}")
             within = str(settings.PORTAL_FIREWALL_CONFIRM_WITHIN)
@@ -139,6 +149,7 @@ class _Push:
                 "apply",
                 "--confirm-within",
                 within,
+                *mode,
                 "--staged",
                 reply.data.get("sha256", ""),
                 "--version",
@@ -223,6 +234,56 @@ def host_drift_repair(*, host: FirewallHost) -> PushOutcome | None:
     return ruleset_push(host=host, version=latest)
 
 
+# The newest compiled rule sets of this process per host (content hash -> Compiled): the base
+# of incremental transactions without recompiling anything. A fresh worker falls back to the
+# stored snapshot of the version a host runs, or to the full rule set.
+_COMPILED: dict[int, dict[str, Any]] = {}
+_COMPILED_KEPT = 3
+
+
+def _compiled_remember(host_id: int, content_hash: str, compiled: Any, snapshot: Any) -> None:
+    entries = _COMPILED.setdefault(host_id, {})
+    entries.pop(content_hash, None)
+    entries[content_hash] = (compiled, snapshot)
+    while len(entries) > _COMPILED_KEPT:
+        entries.pop(next(iter(entries)))
+
+
+def compiled_snapshot(*, host_id: int, content_hash: str) -> Any:
+    """The Snapshot this process compiled into `content_hash` for the host, if it still has it."""
+    entry = _COMPILED.get(host_id, {}).get(content_hash)
+    return entry[1] if entry else None
+
+
+def increment_for(*, host: FirewallHost, version: RuleSetVersion) -> str | None:
+    """The incremental transaction from what `host` runs to `version`, or None (send it all)."""
+    from workers.ruleset import diff
+    from workers.ruleset.diff import diff_stored
+
+    if host.push_status != "applied" or not host.applied_checksum:
+        return None
+    if host.applied_checksum == version.content_hash:
+        return None
+    entries = _COMPILED.get(host.pk, {})
+    new = entries.get(version.content_hash)
+    if new is None:
+        return None
+    old = entries.get(host.applied_checksum)
+    if old is not None:
+        step = diff(old[0], new[0])
+    else:
+        previous = (
+            RuleSetVersion.objects.filter(pk=host.applied_version_id)
+            .only("content_hash", "snapshot_json")
+            .first()
+        )
+        text = previous.snapshot_text() if previous else None
+        if not text or previous.content_hash != host.applied_checksum:
+            return None
+        step = diff_stored(text, previous.content_hash, new[0])
+    return step.nft if step is not None else None
+
+
 class CompileError(Exception):
     """The database cannot be compiled (an inconsistent row); nothing was pushed."""
 
@@ -243,7 +304,8 @@ def ruleset_compile(*, cause: str, actor: Any = None) -> list[RuleSetVersion]:
     for host in hosts:
         started = time.monotonic()
         try:
-            compiled = compile_snapshot(firewall_snapshot_build(host=host, data=data))
+            snapshot = firewall_snapshot_build(host=host, data=data)
+            compiled = compile_snapshot(snapshot)
         except SnapshotError as exc:
             host.mark_error(f"compile: {exc}")
             raise CompileError(f"{host.name}: {exc}") from exc
@@ -260,6 +322,7 @@ def ruleset_compile(*, cause: str, actor: Any = None) -> list[RuleSetVersion]:
                 snapshot_at=data.taken_at,
             )
         )
+        _compiled_remember(host.pk, compiled.content_hash, compiled, snapshot)
     return versions
 
 
@@ -296,3 +359,27 @@ def host_rollback_request(*, host: FirewallHost, version: RuleSetVersion, actor:
 def host_rollback(*, host: FirewallHost, version: RuleSetVersion) -> PushOutcome:
     """Push an older stored version to one host (the worker calls this under the lock)."""
     return ruleset_push(host=host, version=version)
+
+
+SNAPSHOTS_KEPT = 5
+
+
+def version_snapshots_store(
+    *, versions: Iterable[RuleSetVersion], snapshots: dict[int, Any]
+) -> None:
+    """Keep each version's compiler input (after the rollout: off the critical path), and only
+    for the newest few versions of a host."""
+    import zlib
+
+    for version in versions:
+        snapshot = snapshots.get(version.pk)
+        if snapshot is None or version.snapshot_json:
+            continue
+        data = zlib.compress(snapshot.to_json().encode("ascii"), 6)
+        RuleSetVersion.objects.filter(pk=version.pk).update(snapshot_json=data)
+        older = (
+            RuleSetVersion.objects.filter(host_id=version.host_id, snapshot_json__isnull=False)
+            .order_by("-created_at", "-id")
+            .values_list("pk", flat=True)[SNAPSHOTS_KEPT:]
+        )
+        RuleSetVersion.objects.filter(pk__in=list(older)).update(snapshot_json=None)

@@ -104,3 +104,22 @@ def test_lab_register_puts_the_members_devices_into_pl_dorm(hosts):
         assert device.ipv6 in listing
     finally:
         lab_sh("device-del", device.ipv4, device.ipv6)
+
+
+def test_the_next_push_sends_only_the_increment(device_in_lab):
+    from lab_support import fw
+
+    from apps.firewall.models import RuleSetVersion
+    from tests.factories import forward_add
+
+    member, device = device_in_lab
+    call_command("firewall_push", now=True)  # the hosts get the whole rule set
+    forward_add(member, device, ports="8443")
+    call_command("firewall_push", now=True)  # now they hold the previous version
+    for host in FirewallHost.objects.all():
+        latest = RuleSetVersion.objects.filter(host=host).first()
+        answer = fw(host.name, "version").data
+        assert answer["version"] == latest.content_hash
+        assert answer["state"]["mode"] == "incremental", answer
+        listing = in_ns(host.name, "nft", "list", "map", "inet", "portal_fw", "fwd_tcp").stdout
+        assert "8443" in listing

@@ -7,7 +7,13 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.firewall.pipeline import LockBusy, firewall_change_request, firewall_lock
-from apps.firewall.services import CompileError, ruleset_compile, ruleset_rollout
+from apps.firewall.services import (
+    CompileError,
+    compiled_snapshot,
+    ruleset_compile,
+    ruleset_rollout,
+    version_snapshots_store,
+)
 
 
 class Command(BaseCommand):
@@ -26,6 +32,13 @@ class Command(BaseCommand):
             with firewall_lock():
                 versions = ruleset_compile(cause=cause)
                 outcomes = ruleset_rollout(versions=versions)
+                version_snapshots_store(
+                    versions=versions,
+                    snapshots={
+                        v.pk: compiled_snapshot(host_id=v.host_id, content_hash=v.content_hash)
+                        for v in versions
+                    },
+                )
         except LockBusy:
             raise CommandError("another compile or rollout is running; try again") from None
         except CompileError as exc:
