@@ -21,7 +21,12 @@ def heartbeat(self) -> None:  # type: ignore[no-untyped-def]
 def firewall_health_collect() -> None:
     """Collect every enabled host's health; repair drift by pushing its newest version."""
     from apps.firewall.models import FirewallHost
-    from apps.firewall.pipeline import LockBusy, firewall_change_request, firewall_lock
+    from apps.firewall.pipeline import (
+        LockBusy,
+        changes_waiting,
+        firewall_change_request,
+        firewall_lock,
+    )
     from apps.firewall.services import host_drift_repair
     from apps.health.services import host_drifted, host_health_collect
 
@@ -41,3 +46,6 @@ def firewall_health_collect() -> None:
     if behind:
         # A host without the newest version (new, back from an outage, failed): converge.
         firewall_change_request(cause="convergence (health check)")
+    elif changes_waiting():
+        # Changes were recorded but their run was lost (a purged queue): run now.
+        firewall_change_request(cause="pending changes (health check)")

@@ -21,6 +21,7 @@ from portal.redis import redis_client
 LOCK_KEY = "portal:firewall:lock"
 SCHEDULED_KEY = "portal:firewall:scheduled"
 CAUSES_KEY = "portal:firewall:causes"
+SCHEDULED_TTL = 10  # seconds
 
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
@@ -54,7 +55,9 @@ def firewall_change_request(*, cause: str, force: bool = False) -> bool:
     pipe = client.pipeline()
     pipe.rpush(CAUSES_KEY, cause[:200])
     pipe.ltrim(CAUSES_KEY, -200, -1)
-    pipe.set(SCHEDULED_KEY, str(time.time()), nx=True, ex=120)
+    # The mark expires soon: if a scheduled run is ever lost (a purged queue, a flushed broker),
+    # the next change schedules again within seconds instead of waiting for it.
+    pipe.set(SCHEDULED_KEY, str(time.time()), nx=True, ex=SCHEDULED_TTL)
     scheduled = pipe.execute()[2]
     if scheduled and (settings.PORTAL_FIREWALL_SYNC or force):
         firewall_sync_task.apply_async(countdown=settings.PORTAL_FIREWALL_DEBOUNCE)
@@ -70,3 +73,9 @@ def firewall_causes_take() -> list[str]:
     pipe.delete(CAUSES_KEY)
     _, causes, _ = pipe.execute()
     return list(dict.fromkeys(causes))
+
+
+def changes_waiting() -> bool:
+    """Changes were recorded but no run is scheduled (its task was lost)."""
+    client = redis_client()
+    return bool(client.llen(CAUSES_KEY)) and not client.exists(SCHEDULED_KEY)

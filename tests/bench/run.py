@@ -278,9 +278,13 @@ def main() -> None:
     ]
     for title, func in BENCHMARKS:
         lines += [f"## {title}", "", "| measurement | value | unit | target |", "|---|---|---|---|"]
-        for name, value, unit, target in func():
-            lines.append(f"| {name} | {value} | {unit} | {target} |")
-            print(f"{title}: {name}: {value} {unit}")  # noqa: T201
+        try:
+            for name, value, unit, target in func():
+                lines.append(f"| {name} | {value} | {unit} | {target} |")
+                print(f"{title}: {name}: {value} {unit}")  # noqa: T201
+        except Exception as exc:
+            lines.append(f"| this section failed: {type(exc).__name__}: {exc} | | | |")
+            print(f"{title}: FAILED: {exc}")  # noqa: T201
         lines.append("")
     (ROOT / "docs/BENCHMARKS.md").write_text("\n".join(lines))
 

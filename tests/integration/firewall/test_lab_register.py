@@ -65,3 +65,15 @@ def test_health_beat_asks_for_a_run_while_a_host_is_behind(settings):
     FirewallHost.objects.create(name="new-host", address="127.0.0.1", port=1)
     firewall_health_collect()
     assert "convergence (health check)" in firewall_causes_take()
+
+
+def test_health_beat_runs_changes_whose_run_was_lost(settings):
+    from apps.firewall.pipeline import CAUSES_KEY, SCHEDULED_KEY, firewall_causes_take
+    from portal.redis import redis_client
+    from workers.health import firewall_health_collect
+
+    client = redis_client()
+    client.delete(SCHEDULED_KEY, CAUSES_KEY)
+    client.rpush(CAUSES_KEY, "device.add 1 (by resident)")  # recorded, but nothing scheduled
+    firewall_health_collect()  # no hosts: nothing is behind, yet the change must not wait
+    assert "pending changes (health check)" in firewall_causes_take()

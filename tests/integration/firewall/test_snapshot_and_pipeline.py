@@ -146,3 +146,13 @@ def redis_client_broker_len() -> int:
 
     with app.connection_for_write() as conn:
         return conn.default_channel.client.llen("celery")
+
+
+def test_a_lost_scheduled_run_delays_the_next_change_only_briefly(settings):
+    from apps.firewall.pipeline import SCHEDULED_TTL
+
+    settings.PORTAL_FIREWALL_SYNC = True
+    settings.PORTAL_FIREWALL_DEBOUNCE = 30
+    assert firewall_change_request(cause="first") is True
+    # The queued task is lost (say, the queue was purged): the mark expires by itself soon.
+    assert 0 < redis_client().ttl(SCHEDULED_KEY) <= SCHEDULED_TTL <= 15

@@ -61,6 +61,9 @@ class Command(BaseCommand):
                         "uplink_interfaces": interfaces.get("internet_side", "inet0"),
                     },
                 )
+                if not created:
+                    # The lab was (re)built: what its hosts run is unknown; push in full.
+                    host.mark_pending()
                 verb = "registered" if created else "up to date"
                 self.stdout.write(f"lab_register: {host.name} ({host.address}) {verb}")
 
