@@ -56,7 +56,10 @@ def test_forwards_added_incrementally_answer(hosts):
             call_command("firewall_push", now=True)
             assert fw("pl-nat1", "version").data["state"]["mode"] == "incremental"
             got = {p: answers(public, p) for p in range(9000, port + 1)}
-            assert set(got.values()) == {"ok"}, (got, in_ns("pl-nat1", "nft", "list", "ruleset").stdout[-3000:])
+            assert set(got.values()) == {"ok"}, (
+                got,
+                in_ns("pl-nat1", "nft", "list", "ruleset").stdout[-3000:],
+            )
     finally:
         server.kill()
         server.wait(timeout=5)
