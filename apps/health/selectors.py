@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import OuterRef, Subquery
 
 from apps.firewall.models import FirewallHost
 from apps.health.models import HostHealthSample
@@ -61,8 +61,3 @@ def host_health_series(*, host: FirewallHost, limit: int = 120) -> dict[str, lis
         ],
         "load1": [load for *_, load in rows],
     }
-
-
-def host_samples(*, host: FirewallHost) -> QuerySet[HostHealthSample]:
-    """A host's samples, newest first."""
-    return HostHealthSample.objects.filter(host=host)
