@@ -14,7 +14,6 @@ def firewall_sync(self, cause: str = "") -> None:  # type: ignore[no-untyped-def
     from apps.firewall.pipeline import LockBusy, firewall_causes_take, firewall_lock
     from apps.firewall.services import (
         CompileError,
-        compiled_snapshot,
         ruleset_compile,
         ruleset_rollout,
         version_snapshots_store,
@@ -30,13 +29,7 @@ def firewall_sync(self, cause: str = "") -> None:  # type: ignore[no-untyped-def
                 log.error("firewall.compile_failed", error=str(exc))
                 return
             outcomes = ruleset_rollout(versions=versions)
-            version_snapshots_store(  # off the critical path: after the rollout
-                versions=versions,
-                snapshots={
-                    v.pk: compiled_snapshot(host_id=v.host_id, content_hash=v.content_hash)
-                    for v in versions
-                },
-            )
+            version_snapshots_store(versions=versions)  # off the critical path: after the rollout
             log.info(
                 "firewall.synced",
                 cause=summary,

@@ -364,15 +364,13 @@ def host_rollback(*, host: FirewallHost, version: RuleSetVersion) -> PushOutcome
 SNAPSHOTS_KEPT = 5
 
 
-def version_snapshots_store(
-    *, versions: Iterable[RuleSetVersion], snapshots: dict[int, Any]
-) -> None:
-    """Keep each version's compiler input (after the rollout: off the critical path), and only
-    for the newest few versions of a host."""
+def version_snapshots_store(*, versions: Iterable[RuleSetVersion]) -> None:
+    """Keep each version's compiler input (after the rollout: off the critical path), taken
+    from this process's compile cache, and only for the newest few versions of a host."""
     import zlib
 
     for version in versions:
-        snapshot = snapshots.get(version.pk)
+        snapshot = compiled_snapshot(host_id=version.host_id, content_hash=version.content_hash)
         if snapshot is None or version.snapshot_json:
             continue
         data = zlib.compress(snapshot.to_json().encode("ascii"), 6)

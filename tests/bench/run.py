@@ -266,33 +266,6 @@ def pipeline_latency() -> Iterable[Row]:
     )
 
 
-def main() -> None:
-    os.environ.setdefault("PGHOST", str(ROOT / "var/run"))
-    lines = [
-        "# Benchmarks",
-        "",
-        "Written by `make bench` (`python -m tests.bench.run`); do not edit by hand.",
-        f"Run {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()}: "
-        f"{os.cpu_count()} cores, Python {platform.python_version()}.",
-        "",
-    ]
-    for title, func in BENCHMARKS:
-        lines += [f"## {title}", "", "| measurement | value | unit | target |", "|---|---|---|---|"]
-        try:
-            for name, value, unit, target in func():
-                lines.append(f"| {name} | {value} | {unit} | {target} |")
-                print(f"{title}: {name}: {value} {unit}")  # noqa: T201
-        except Exception as exc:
-            lines.append(f"| this section failed: {type(exc).__name__}: {exc} | | | |")
-            print(f"{title}: FAILED: {exc}")  # noqa: T201
-        lines.append("")
-    (ROOT / "docs/BENCHMARKS.md").write_text("\n".join(lines))
-
-
-if __name__ == "__main__":
-    main()
-
-
 @benchmark("Tickets: mail ingest, mass reply, status page")
 def tickets_mail_and_status() -> Iterable[Row]:
     """tests/bench/tickets_bench.py in a scratch database (real SMTP, real gunicorn)."""
@@ -325,3 +298,30 @@ def tickets_mail_and_status() -> Iterable[Row]:
         timeout=900,
     )
     yield from (tuple(row) for row in json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    os.environ.setdefault("PGHOST", str(ROOT / "var/run"))
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (`python -m tests.bench.run`); do not edit by hand.",
+        f"Run {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()}: "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}.",
+        "",
+    ]
+    for title, func in BENCHMARKS:
+        lines += [f"## {title}", "", "| measurement | value | unit | target |", "|---|---|---|---|"]
+        try:
+            for name, value, unit, target in func():
+                lines.append(f"| {name} | {value} | {unit} | {target} |")
+                print(f"{title}: {name}: {value} {unit}")  # noqa: T201
+        except Exception as exc:
+            lines.append(f"| this section failed: {type(exc).__name__}: {exc} | | | |")
+            print(f"{title}: FAILED: {exc}")  # noqa: T201
+        lines.append("")
+    (ROOT / "docs/BENCHMARKS.md").write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

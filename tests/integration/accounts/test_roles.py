@@ -88,9 +88,3 @@ def test_schema_and_docs_describe_the_api(client_for):
     # Swagger UI comes from our own static files, never from a CDN.
     assert b"cdn." not in docs.content
     assert b"/static/drf_spectacular_sidecar/" in docs.content
-
-
-def test_api_lists_are_paginated():
-    from django.conf import settings
-
-    assert settings.REST_FRAMEWORK["PAGE_SIZE"] == 50

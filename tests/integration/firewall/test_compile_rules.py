@@ -7,7 +7,6 @@ from django.core.management import CommandError, call_command
 
 from apps.firewall.models import FirewallHost, RuleSetVersion
 from apps.firewall.services import (
-    compiled_snapshot,
     ruleset_compile,
     version_snapshots_store,
 )
@@ -30,12 +29,7 @@ def compile_rules(**options):
 
 def stored_version(host):
     (version,) = ruleset_compile(cause="test")
-    version_snapshots_store(
-        versions=[version],
-        snapshots={
-            version.pk: compiled_snapshot(host_id=host.pk, content_hash=version.content_hash)
-        },
-    )
+    version_snapshots_store(versions=[version])
     return RuleSetVersion.objects.get(pk=version.pk)
 
 

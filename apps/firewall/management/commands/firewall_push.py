@@ -9,7 +9,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from apps.firewall.pipeline import LockBusy, firewall_change_request, firewall_lock
 from apps.firewall.services import (
     CompileError,
-    compiled_snapshot,
     ruleset_compile,
     ruleset_rollout,
     version_snapshots_store,
@@ -33,12 +32,8 @@ class Command(BaseCommand):
                 versions = ruleset_compile(cause=cause)
                 outcomes = ruleset_rollout(versions=versions)
                 version_snapshots_store(
-                    versions=versions,
-                    snapshots={
-                        v.pk: compiled_snapshot(host_id=v.host_id, content_hash=v.content_hash)
-                        for v in versions
-                    },
-                )
+                    versions=versions
+                )  # off the critical path: after the rollout
         except LockBusy:
             raise CommandError("another compile or rollout is running; try again") from None
         except CompileError as exc:
