@@ -145,3 +145,26 @@ class PushLogEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host} {self.step} {'ok' if self.ok else 'failed'}"
+
+
+class MemberRevision(models.Model):
+    """Bumped by PostgreSQL triggers whenever a member's devices, port forwards or IPv6
+    openings change (insert, update, delete, truncate; by the ORM or by hand), so the snapshot
+    reader rebuilds only the members whose rows changed. Written only by the triggers of
+    migration 0004: Django never saves it (a stale save could hide a change)."""
+
+    member = models.OneToOneField(
+        "members.Member",
+        primary_key=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="firewall_revision",
+    )
+    revision = models.BigIntegerField()
+
+    class Meta:
+        managed = False
+        db_table = "firewall_member_rev"
+
+    def __str__(self) -> str:
+        return f"member #{self.pk} revision {self.revision}"

@@ -32,6 +32,7 @@ from workers.ruleset.snapshot import (
     ShapingRoot,
     Snapshot,
     SnapshotError,
+    port_range,
 )
 
 
@@ -69,6 +70,7 @@ __all__ = [
     "diff",
     "diff_rulesets",
     "diff_stored",
+    "port_range",
     "render",
     "version_comment",
     "version_read_command",

@@ -13,6 +13,7 @@ tuple is sorted, so equal data gives an equal snapshot regardless of query order
 
 from __future__ import annotations
 
+import bisect
 import enum
 import functools
 import ipaddress
@@ -56,6 +57,7 @@ class Protocol(enum.StrEnum):
 
 
 _L4: dict[str, tuple[str, ...]] = {"tcp": ("tcp",), "udp": ("udp",), "both": ("tcp", "udp")}
+_PROTOCOLS: dict[str, Protocol] = {p.value: p for p in Protocol}  # 10x faster than Protocol(v)
 
 
 class ShapingRoot(enum.StrEnum):
@@ -131,9 +133,31 @@ def _ipv6(value: Any, what: str) -> IPv6Address:
     return addr
 
 
+@functools.lru_cache(maxsize=8192)
+def _network_text(value: str) -> IPNetwork | None:
+    """Fast path for the usual "address/length" text (rooms share prefixes: cached)."""
+    address, slash, length = value.partition("/")
+    if not slash or not length.isdigit() or len(length) > 3:
+        return None
+    for family, bits, cls in ((_AF4, 32, IPv4Network), (_AF6, 128, IPv6Network)):
+        try:
+            n = int.from_bytes(_pton(family, address), "big")
+        except OSError:
+            continue
+        plen = int(length)
+        if plen > bits or n & ((1 << (bits - plen)) - 1):
+            return None  # ipaddress explains what is wrong
+        return cls((n, plen))
+    return None
+
+
 def _network(value: Any, what: str) -> IPNetwork:
     if isinstance(value, IPv4Network | IPv6Network):
         return value
+    if type(value) is str:
+        net = _network_text(value)
+        if net is not None:
+            return net
     try:
         return ipaddress.ip_network(value)  # strict: host bits must be zero
     except (ValueError, TypeError) as exc:
@@ -143,6 +167,13 @@ def _network(value: Any, what: str) -> IPNetwork:
 def _networks(values: Iterable[Any], what: str, family: int | None = None) -> tuple[IPNetwork, ...]:
     if isinstance(values, str | bytes):
         raise SnapshotError(f"{what}: expected a list of networks, got a string")
+    if type(values) is tuple and len(values) == 1:  # the usual single prefix: nothing to sort
+        net = _network(values[0], what)
+        if family is not None and net.version != family:
+            raise SnapshotError(
+                f"{what}: {net} is not an IPv{family} network (address family mismatch)"
+            )
+        return (net,)
     nets = []
     for v in values:
         net = _network(v, what)
@@ -168,6 +199,9 @@ def _ifnames(values: Iterable[Any], what: str) -> tuple[str, ...]:
 
 
 def _protocol(value: Any, what: str) -> Protocol:
+    proto = _PROTOCOLS.get(value) if type(value) is str else None
+    if proto is not None:
+        return proto
     try:
         return Protocol(value)
     except ValueError as exc:
@@ -210,7 +244,10 @@ class PortRange:
             if type(value) is int:
                 return _single_port(value)
             if isinstance(value, tuple | list) and len(value) == 2:
-                return cls(value[0], value[1])
+                a, b = value
+                if type(a) is int and type(b) is int:
+                    return _single_port(a) if a == b else _port_range(a, b)
+                return cls(a, b)
             if isinstance(value, str) and re.fullmatch(r"\d{1,5}(-\d{1,5})?", value):
                 a, _, b = value.partition("-")
                 return cls(int(a), int(b or a))
@@ -235,6 +272,21 @@ class PortRange:
 def _single_port(port: int) -> PortRange:
     """Single-port ranges are shared: a snapshot holds hundreds of thousands of them."""
     return PortRange(port, port)
+
+
+@functools.lru_cache(maxsize=65536)
+def _port_range(first: int, last: int) -> PortRange:
+    return PortRange(first, last)
+
+
+def port_range(first: Any, last: Any, what: str = "port range") -> PortRange:
+    """The shared PortRange first..last (validated once per distinct pair); errors name `what`."""
+    if type(first) is int and type(last) is int:
+        try:
+            return _single_port(first) if first == last else _port_range(first, last)
+        except SnapshotError as exc:
+            raise SnapshotError(f"{what}: {exc}") from None
+    return PortRange.of((first, last), what)
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,8 +411,15 @@ class Device:
         if a4 is not None and type(a4) is not IPv4Address:
             _set(self, "ipv4", _ipv4(a4, f"device #{self.id} ipv4"))
         v6 = self.ipv6
-        if type(v6) is tuple and len(v6) == 1 and type(v6[0]) is IPv6Address:
-            return  # the common case, already canonical
+        if type(v6) is tuple and len(v6) == 1:
+            a6 = v6[0]
+            if type(a6) is not IPv6Address:  # the common case: one address
+                _set(self, "ipv6", (_ipv6(a6, f"device #{self.id} ipv6"),))
+            return
+        if not v6:
+            if type(v6) is not tuple:
+                _set(self, "ipv6", ())
+            return
         if isinstance(v6, str | IPv6Address):
             v6 = (v6,)
         _set(self, "ipv6", tuple(sorted({_ipv6(a, f"device #{self.id} ipv6") for a in v6})))
@@ -457,13 +516,20 @@ class Member:
         forwards = _canonical(self, "forwards", PortForward, "port forward")
         openings = _canonical(self, "openings", Opening, "IPv6 opening")
         by_id = {d.id: d for d in devices}
-        if self.ipv6_prefixes:
+        prefixes = self.ipv6_prefixes
+        if len(prefixes) == 1:  # the usual case: one room prefix, compare the network bits
+            shift = 128 - prefixes[0].prefixlen
+            top = prefixes[0].network_address._ip >> shift  # type: ignore[attr-defined]
             for d in devices:
                 for a in d.ipv6:
-                    if not any(a in p for p in self.ipv6_prefixes):
-                        raise SnapshotError(
-                            f"device #{d.id} of member #{self.id}: ipv6 {a} is outside the member's prefixes"
-                        )
+                    if a._ip >> shift != top:  # type: ignore[attr-defined]
+                        _outside_prefixes(self.id, d.id, a)
+        elif prefixes:
+            spans = _spans(prefixes)
+            for d in devices:
+                for a in d.ipv6:
+                    if not _inside(a._ip, spans):  # type: ignore[attr-defined]
+                        _outside_prefixes(self.id, d.id, a)
         enabled = 0
         for f in forwards:
             dev = by_id.get(f.device_id)
@@ -486,6 +552,12 @@ class Member:
                 )
         if enabled > 1:
             _check_forward_overlap(self.id, forwards)
+
+
+def _outside_prefixes(member_id: int, device_id: int, address: IPv6Address) -> None:
+    raise SnapshotError(
+        f"device #{device_id} of member #{member_id}: ipv6 {address} is outside the member's prefixes"
+    )
 
 
 _Item = TypeVar("_Item", "Device", "PortForward", "Opening")
@@ -565,6 +637,28 @@ class Snapshot:
         return snapshot_from_json(text)
 
 
+def _spans(networks: Iterable[IPNetwork]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Networks as sorted, merged integer intervals (starts, ends) for `_inside`."""
+    merged: list[list[int]] = []
+    bounds = []
+    for n in networks:
+        start = n.network_address._ip  # type: ignore[union-attr]
+        bounds.append((start, start | ((1 << (n.max_prefixlen - n.prefixlen)) - 1)))
+    for start, end in sorted(bounds):
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return tuple(a for a, _ in merged), tuple(b for _, b in merged)
+
+
+def _inside(value: int, spans: tuple[tuple[int, ...], tuple[int, ...]]) -> bool:
+    """True when the integer address lies in one of the intervals (a bisection, not a scan)."""
+    starts, ends = spans
+    i = bisect.bisect_right(starts, value) - 1
+    return i >= 0 and value <= ends[i]
+
+
 def _check_global(host: Host, members: tuple[Member, ...]) -> None:
     """Uniqueness across members; addresses inside the host's networks when those are given."""
     member_ids: set[int] = set()
@@ -572,8 +666,8 @@ def _check_global(host: Host, members: tuple[Member, ...]) -> None:
     public_owner: dict[IPv4Address, int] = {}
     v4_owner: dict[IPv4Address, int] = {}
     v6_owner: dict[IPv6Address, int] = {}
-    private = host.private_networks
-    public = host.public_networks
+    private = _spans(host.private_networks) if host.private_networks else None
+    public = _spans(host.public_networks) if host.public_networks else None
     for m in members:
         if not isinstance(m, Member):
             raise SnapshotError(f"snapshot: {m!r} is not a Member")
@@ -585,7 +679,7 @@ def _check_global(host: Host, members: tuple[Member, ...]) -> None:
             other = public_owner.setdefault(pub, m.id)
             if other != m.id:
                 raise SnapshotError(f"member #{m.id}: public_ipv4 {pub} is also member #{other}'s")
-            if public and not any(pub in n for n in public):
+            if public and not _inside(pub._ip, public):  # type: ignore[attr-defined]
                 raise SnapshotError(
                     f"member #{m.id}: public_ipv4 {pub} is outside the host's public networks"
                 )
@@ -600,7 +694,7 @@ def _check_global(host: Host, members: tuple[Member, ...]) -> None:
                     raise SnapshotError(
                         f"device #{d.id} of member #{m.id}: ipv4 {a4} is also device #{other}'s"
                     )
-                if private and not any(a4 in n for n in private):
+                if private and not _inside(a4._ip, private):  # type: ignore[attr-defined]
                     raise SnapshotError(
                         f"device #{d.id} of member #{m.id}: ipv4 {a4} is outside the host's private networks"
                     )

@@ -1,0 +1,152 @@
+"""The snapshot reader reuses unchanged members: it must never serve a stale one.
+
+Every change below is made the way it happens in production (services) or behind the ORM's
+back (plain SQL), and after each one the cached read must equal a read built from nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from apps.firewall.selectors import snapshot_cache_clear, snapshot_data_read
+from apps.members.services import member_suspend
+from apps.network.models import Device, Ipv6Opening, PortForward, ShapingProfile
+from apps.network.services import device_remove, port_forward_delete
+from tests.factories import device_add, forward_add, member_active, member_on_test, opening_add
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def cold_cache():
+    snapshot_cache_clear()
+    yield
+    snapshot_cache_clear()
+
+
+def members_now():
+    """(cached read, read from nothing), as comparable dicts by member id."""
+    cached = {m.id: m for m in snapshot_data_read().members}
+    fresh = {m.id: m for m in snapshot_data_read(cached=False).members}
+    return cached, fresh
+
+
+def assert_fresh():
+    cached, fresh = members_now()
+    assert cached == fresh
+    return cached
+
+
+def sql(statement, params=()):
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+
+
+def test_cached_read_follows_every_kind_of_change():
+    alice, bob = member_active(), member_active()
+    laptop = device_add(alice, "laptop")
+    phone = device_add(bob, "phone")
+    assert_fresh()
+
+    forward = forward_add(alice, laptop, "8080")
+    assert len(assert_fresh()[alice.id].forwards) == 1
+
+    opening_add(phone, "443")
+    assert len(assert_fresh()[bob.id].openings) == 1
+
+    # Behind the ORM's back: the triggers still see it.
+    sql(
+        "UPDATE network_portforward SET public_first = 9090, public_last = 9090, "
+        "target_first = 9090, target_last = 9090 WHERE id = %s",
+        [forward.id],
+    )
+    (changed,) = assert_fresh()[alice.id].forwards
+    assert changed.public_ports.first == 9090
+
+    sql("UPDATE network_ipv6opening SET enabled = false WHERE device_id = %s", [phone.id])
+    assert assert_fresh()[bob.id].openings == ()
+
+    sql("DELETE FROM network_ipv6opening WHERE device_id = %s", [phone.id])
+    assert_fresh()
+
+    port_forward_delete(forward=PortForward.objects.get(pk=forward.pk), actor=None)
+    assert assert_fresh()[alice.id].forwards == ()
+
+    device_remove(device=Device.objects.get(pk=phone.pk), actor=None)
+    assert assert_fresh()[bob.id].devices == ()
+
+    # A device moved to another member (another room: no IPv6 yet) changes both.
+    sql("UPDATE network_device SET member_id = %s, ipv6 = NULL WHERE id = %s", [bob.id, laptop.id])
+    members = assert_fresh()
+    assert members[alice.id].devices == ()
+    assert [d.id for d in members[bob.id].devices] == [laptop.id]
+
+    member_suspend(member=bob, reason="unpaid", actor=None)
+    assert bob.id not in assert_fresh()
+
+
+def test_member_row_changes_are_seen_without_child_rows_changing():
+    tester = member_on_test()
+    device_add(tester)
+    before = assert_fresh()[tester.id].shaping
+    profile = ShapingProfile.objects.get(is_default=True)
+    ShapingProfile.objects.filter(pk=profile.pk).update(down_kbit=profile.down_kbit * 2)
+    after = assert_fresh()[tester.id].shaping
+    assert after.down_kbit == before.down_kbit * 2
+
+    # The public address goes away (row of another table, no trigger involved).
+    member = member_active()
+    device_add(member)
+    assert assert_fresh()[member.id].public_ipv4 is not None
+    sql("UPDATE network_publicaddress SET member_id = NULL WHERE member_id = %s", [member.id])
+    assert assert_fresh()[member.id].public_ipv4 is None
+
+
+def test_truncate_starts_over():
+    member = member_active()
+    device = device_add(member)
+    opening_add(device, "22")
+    assert len(assert_fresh()[member.id].openings) == 1
+    sql("SET CONSTRAINTS ALL IMMEDIATE")  # TRUNCATE refuses pending deferred FK checks
+    sql("TRUNCATE network_ipv6opening")
+    assert assert_fresh()[member.id].openings == ()
+    assert not Ipv6Opening.objects.exists()
+
+
+def test_unchanged_members_are_reused_and_only_changed_ones_read_again():
+    quiet, busy = member_active(), member_active()
+    device_add(quiet)
+    device = device_add(busy)
+    first = {m.id: m for m in snapshot_data_read().members}
+    with CaptureQueriesContext(connection) as queries:
+        second = {m.id: m for m in snapshot_data_read().members}
+    read = " ".join(q["sql"] for q in queries.captured_queries)
+    for table in ("network_device", "network_portforward", "network_ipv6opening"):
+        assert f'FROM "{table}"' not in read  # nothing changed: no per-member rows read
+    assert second[quiet.id] is first[quiet.id]
+    assert second[busy.id] is first[busy.id]
+    forward_add(busy, device, "2222")
+    third = {m.id: m for m in snapshot_data_read().members}
+    assert third[quiet.id] is first[quiet.id]
+    assert third[busy.id] is not first[busy.id]
+    assert len(third[busy.id].forwards) == 1
+
+
+def test_revision_bumps_follow_the_member_of_each_row():
+    alice, bob = member_active(), member_active()
+    laptop = device_add(alice)
+
+    def revision(member):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT revision FROM firewall_member_rev WHERE member_id = %s", [member.id]
+            )
+            row = cursor.fetchone()
+        return row and row[0]
+
+    a, b = revision(alice), revision(bob)
+    opening_add(laptop, "80")
+    assert revision(alice) != a
+    assert revision(bob) == b
