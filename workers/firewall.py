@@ -7,6 +7,10 @@ from celery import shared_task
 
 log = structlog.get_logger(__name__)
 
+# How long a task waits for a running compile/rollout before it gives the pool process back
+# and retries (a run takes about a second; a dead holder's lock expires after its TTL).
+LOCK_WAIT = 5.0
+
 
 @shared_task(bind=True, max_retries=None, acks_late=True, soft_time_limit=600)
 def firewall_sync(self, cause: str = "") -> None:  # type: ignore[no-untyped-def]
@@ -20,7 +24,7 @@ def firewall_sync(self, cause: str = "") -> None:  # type: ignore[no-untyped-def
     )
 
     try:
-        with firewall_lock():
+        with firewall_lock(wait=LOCK_WAIT):
             causes = firewall_causes_take()
             summary = "; ".join(causes[:20]) or cause or "sync"
             try:
@@ -53,7 +57,7 @@ def host_rollback(self, host_id: int, version_id: int) -> None:  # type: ignore[
     host = FirewallHost.objects.get(pk=host_id)
     version = RuleSetVersion.objects.get(pk=version_id, host=host)
     try:
-        with firewall_lock():
+        with firewall_lock(wait=LOCK_WAIT):
             outcome = rollback(host=host, version=version)
     except LockBusy:
         raise self.retry(countdown=1) from None

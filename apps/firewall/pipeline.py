@@ -33,13 +33,21 @@ class LockBusy(Exception):
     """Another compile or rollout holds the lock."""
 
 
+LOCK_POLL = 0.05  # seconds between attempts while waiting for the lock
+
+
 @contextmanager
-def firewall_lock(ttl: int | None = None) -> Iterator[str]:
-    """Hold the one compile/rollout lock; it expires by itself if the holder dies."""
+def firewall_lock(ttl: int | None = None, *, wait: float = 0) -> Iterator[str]:
+    """Hold the one compile/rollout lock; it expires by itself if the holder dies. With `wait`,
+    keep trying that many seconds: a rollout ends in about a second, so a change that arrives
+    during one starts right after it instead of at the task's next retry."""
     client = redis_client()
     token = secrets.token_hex(16)
-    if not client.set(LOCK_KEY, token, nx=True, ex=ttl or settings.PORTAL_FIREWALL_LOCK_TTL):
-        raise LockBusy
+    deadline = time.monotonic() + wait
+    while not client.set(LOCK_KEY, token, nx=True, ex=ttl or settings.PORTAL_FIREWALL_LOCK_TTL):
+        if time.monotonic() >= deadline:
+            raise LockBusy
+        time.sleep(LOCK_POLL)
     try:
         yield token
     finally:

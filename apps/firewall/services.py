@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -71,11 +72,19 @@ def ruleset_version_store(
     return version
 
 
+# The push's health verdict reads the loaded version and the conntrack fill, not the softirq
+# load (the periodic health collection samples that): no sampling pause in the push.
+PUSH_HEALTH_SAMPLE_MS = 0
+
+
 class _Push:
     """One push: every step timed and logged; failures after apply roll the host back."""
 
-    def __init__(self, host: FirewallHost, version: RuleSetVersion) -> None:
+    def __init__(
+        self, host: FirewallHost, version: RuleSetVersion, session: FirewallSession | None = None
+    ) -> None:
         self.host, self.version = host, version
+        self.session = session if session is not None else session_for(host)
 
     def running_tc(self) -> str | None:
         """The shaping set-up the host already runs (unchanged shaping needs no tc call)."""
@@ -118,46 +127,63 @@ class _Push:
             return "; rolled back to the previous rule set"
         return f"; rollback failed: {reply.message}"
 
+    def apply(self, session: FirewallSession, text: str, mode: tuple[str, ...]) -> HelperReply:
+        """Check, arm the rollback timer, load and read back version and health in one call.
+        Logs the check (the helper's own timing) and the apply; a reply with "phase": "check"
+        changed nothing on the host."""
+        started = time.monotonic()
+        reply = session.call(
+            "apply",
+            "--confirm-within",
+            str(settings.PORTAL_FIREWALL_CONFIRM_WITHIN),
+            *mode,
+            "--version",
+            f"v{self.version.pk}",
+            "--health-sample-ms",
+            str(PUSH_HEALTH_SAMPLE_MS),
+            stdin=text,
+        )
+        if not reply.ok and reply.data.get("phase") == "check":
+            self.log(PushStep.CHECK, False, reply.message, started)
+            return reply
+        checked = reply.data.get("check_seconds")
+        check_seconds = float(checked or 0)
+        health_seconds = float((reply.data.get("health") or {}).get("collect_seconds") or 0)
+        if checked is not None:
+            self.log(PushStep.CHECK, True, "", time.monotonic() - check_seconds)
+        self.log(
+            PushStep.APPLY,
+            reply.ok,
+            "" if reply.ok else reply.message,
+            started + check_seconds + health_seconds,
+        )
+        return reply
+
     def run(self) -> PushOutcome:
         version = self.version
         started = time.monotonic()
         try:
-            session = session_for(self.host).__enter__()
+            session = self.session.__enter__()
         except FirewallUnreachable as exc:
             self.log(PushStep.CONNECT, False, str(exc), started)
             return self.fail(PushStep.CONNECT, str(exc), unreachable=True)
         self.log(PushStep.CONNECT, True, "", started)
         applied = False
         try:
+            reply = None
             increment = increment_for(host=self.host, version=version)
-            mode: tuple[str, ...] = ()
             if increment is not None:
                 # The host holds the previous version: send only the element changes.
-                reply = self.step(
-                    session, PushStep.CHECK, "check", "--incremental", stdin=increment
-                )
-                if reply.ok:
-                    mode = ("--incremental",)
-            if not mode:
-                reply = self.step(session, PushStep.CHECK, "check", stdin=version.nft_text)
+                reply = self.apply(session, increment, ("--incremental",))
+            if reply is None or reply.data.get("phase") == "check":
+                reply = self.apply(session, version.nft_text, ())
             if not reply.ok:
-                return self.fail(PushStep.CHECK, f"the host refused the rule set: {reply.message}")
-            within = str(settings.PORTAL_FIREWALL_CONFIRM_WITHIN)
-            reply = self.step(
-                session,
-                PushStep.APPLY,
-                "apply",
-                "--confirm-within",
-                within,
-                *mode,
-                "--staged",
-                reply.data.get("sha256", ""),
-                "--version",
-                f"v{version.pk}",
-            )
-            if not reply.ok:
+                if reply.data.get("phase") == "check":
+                    message = f"the host refused the rule set: {reply.message}"
+                    return self.fail(PushStep.CHECK, message)
                 return self.fail(PushStep.APPLY, reply.message)
             applied = True
+            health = reply.data.get("health")
             loaded = (reply.data.get("loaded") or {}).get("version") or reply.data.get("version")
             if loaded != version.content_hash:
                 message = f"the host reports version {loaded!r}, expected {version.content_hash}"
@@ -169,7 +195,19 @@ class _Push:
                     return self.fail(
                         PushStep.APPLY, f"shaping: {reply.message}" + self.rollback(session)
                     )
-            reply = self.step(session, PushStep.HEALTH, "health", "--sample-ms", "100")
+                health = None  # taken before the shaping changed: take it again
+            if health is None:
+                reply = self.step(
+                    session, PushStep.HEALTH, "health", "--sample-ms", str(PUSH_HEALTH_SAMPLE_MS)
+                )
+            else:
+                reply = HelperReply(0, {"ok": True, **health})
+                self.log(
+                    PushStep.HEALTH,
+                    True,
+                    "",
+                    time.monotonic() - float(health.get("collect_seconds") or 0),
+                )
             problem = health_problem(reply, expected=version.content_hash)
             if problem:
                 return self.fail(PushStep.HEALTH, problem + self.rollback(session))
@@ -199,9 +237,13 @@ def health_problem(reply: HelperReply, *, expected: str) -> str:
     return ""
 
 
-def ruleset_push(*, host: FirewallHost, version: RuleSetVersion) -> PushOutcome:
-    """Upload, check, apply with the rollback timer armed, verify, health-check, confirm."""
-    return _Push(host, version).run()
+def ruleset_push(
+    *, host: FirewallHost, version: RuleSetVersion, session: FirewallSession | None = None
+) -> PushOutcome:
+    """Check, arm the rollback timer and apply, verify the version and health (one round trip),
+    then confirm (a second one); a failure after the apply rolls the host back. `session`: one
+    already started (not entered) by the caller; the push closes it."""
+    return _Push(host, version, session).run()
 
 
 def ruleset_rollout(*, versions: Iterable[RuleSetVersion]) -> list[PushOutcome]:
@@ -210,19 +252,35 @@ def ruleset_rollout(*, versions: Iterable[RuleSetVersion]) -> list[PushOutcome]:
     gets the newest version when it returns."""
     outcomes: list[PushOutcome] = []
     ordered = sorted(versions, key=lambda v: (v.host.rollout_order, v.host.name))
-    for index, version in enumerate(ordered):
-        host = version.host
-        if not host.enabled:
-            continue
-        if host.applied_checksum == version.content_hash and host.push_status == "applied":
-            outcomes.append(PushOutcome(host.name, True, "", "already applied", skipped=True))
-            continue
-        outcome = ruleset_push(host=host, version=version)
-        outcomes.append(outcome)
-        if not outcome.ok and not outcome.unreachable:
-            for later in ordered[index + 1 :]:
-                later.host.mark_pending()
-            break
+    due = [
+        v
+        for v in ordered
+        if v.host.enabled
+        and not (v.host.applied_checksum == v.content_hash and v.host.push_status == "applied")
+    ]
+    # Connect to every host due at once, on one loop: the later hosts' handshakes run while the
+    # first host is pushed, so their turn starts with a connection. Connecting runs no helper
+    # verb; a host whose turn never comes sees its connection closed, nothing else.
+    loop = asyncio.new_event_loop()
+    sessions = {v.pk: session_for(v.host, loop=loop).start() for v in due}
+    try:
+        for index, version in enumerate(ordered):
+            host = version.host
+            if not host.enabled:
+                continue
+            if version.pk not in sessions:
+                outcomes.append(PushOutcome(host.name, True, "", "already applied", skipped=True))
+                continue
+            outcome = ruleset_push(host=host, version=version, session=sessions[version.pk])
+            outcomes.append(outcome)
+            if not outcome.ok and not outcome.unreachable:
+                for later in ordered[index + 1 :]:
+                    later.host.mark_pending()
+                break
+    finally:
+        for session in sessions.values():
+            session.close()
+        loop.close()
     return outcomes
 
 

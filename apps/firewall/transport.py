@@ -7,6 +7,7 @@ a verb from a closed list with arguments it built itself, never user input, and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -44,19 +45,38 @@ class HelperReply:
 
 
 class FirewallSession:
-    """A synchronous facade over one asyncssh connection (used from Celery tasks)."""
+    """A synchronous facade over one asyncssh connection (used from Celery tasks).
 
-    def __init__(self, *, address: str, port: int, user: str, connect_timeout: float = 5) -> None:
+    Sessions may share an event loop: one that was `start()`ed connects while another one's
+    calls run, so a rollout connects to its next hosts while it pushes to the first."""
+
+    def __init__(
+        self,
+        *,
+        address: str,
+        port: int,
+        user: str,
+        connect_timeout: float = 5,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         self.address, self.port, self.user = address, port, user
         self.connect_timeout = connect_timeout
-        self._loop = asyncio.new_event_loop()
+        self._own_loop = loop is None
+        self._loop = loop if loop is not None else asyncio.new_event_loop()
+        self._connecting: asyncio.Task[asyncssh.SSHClientConnection] | None = None
         self._conn: asyncssh.SSHClientConnection | None = None
+        self._closed = False
 
-    def __enter__(self) -> FirewallSession:
-        key = Path(settings.PORTAL_FIREWALL_SSH_KEY)
-        known_hosts = Path(settings.PORTAL_FIREWALL_KNOWN_HOSTS)
-        try:
-            self._conn = self._loop.run_until_complete(
+    def start(self) -> FirewallSession:
+        """Begin connecting without waiting: the handshake runs whenever the loop does."""
+        self._connect_task()
+        return self
+
+    def _connect_task(self) -> asyncio.Task[asyncssh.SSHClientConnection]:
+        if self._connecting is None:
+            key = Path(settings.PORTAL_FIREWALL_SSH_KEY)
+            known_hosts = Path(settings.PORTAL_FIREWALL_KNOWN_HOSTS)
+            self._connecting = self._loop.create_task(
                 asyncio.wait_for(
                     asyncssh.connect(
                         self.address,
@@ -70,17 +90,37 @@ class FirewallSession:
                     self.connect_timeout,
                 )
             )
+        return self._connecting
+
+    def __enter__(self) -> FirewallSession:
+        try:
+            self._conn = self._loop.run_until_complete(self._connect_task())
         except (OSError, asyncssh.Error, TimeoutError) as exc:
-            self._loop.close()
+            self.close()
             reason = str(exc) or exc.__class__.__name__
             raise FirewallUnreachable(f"{self.address}:{self.port}: {reason}") from exc
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._loop.run_until_complete(self._conn.wait_closed())
-        self._loop.close()
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (or stop connecting); closes the loop if it is this session's."""
+        if self._closed:
+            return
+        self._closed = True
+        task, conn = self._connecting, self._conn
+        if conn is None and task is not None:
+            if not task.done():
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError, asyncssh.Error, TimeoutError):
+                conn = self._loop.run_until_complete(task)
+        if conn is not None:
+            conn.close()
+            self._loop.run_until_complete(conn.wait_closed())
+        self._conn = None
+        if self._own_loop:
+            self._loop.close()
 
     def call(
         self, verb: str, *args: str, stdin: str | None = None, timeout: float = 120
@@ -109,6 +149,6 @@ class FirewallSession:
         )
 
 
-def session_for(host: Any) -> FirewallSession:
-    """A session to a FirewallHost row."""
-    return FirewallSession(address=host.address, port=host.port, user=host.ssh_user)
+def session_for(host: Any, *, loop: asyncio.AbstractEventLoop | None = None) -> FirewallSession:
+    """A session to a FirewallHost row (on `loop`, shared with other sessions, if given)."""
+    return FirewallSession(address=host.address, port=host.port, user=host.ssh_user, loop=loop)

@@ -10,8 +10,9 @@ set of verbs with validated arguments and refuses everything else (never a shell
 
     check [--incremental]                     rule-set text on stdin -> nft -c (nothing changes)
     apply --confirm-within SECONDS [--incremental] [--version LABEL] [--staged SHA256]
-                                              save the rollback point, arm the rollback timer,
-                                              apply atomically, print the loaded version
+          [--health-sample-ms MS]             (text on stdin: nft -c it first) save the rollback
+                                              point, arm the rollback timer, apply atomically,
+                                              print the loaded version (and a health sample)
     confirm                                   keep what was applied (disarm the timer)
     rollback                                  restore the rollback point now
     version                                   the loaded version (marker in the kernel + state)
@@ -95,6 +96,7 @@ class HelperError(Exception):
         self.kind = kind
         self.message = message
         self.detail = detail
+        self.phase: str | None = None  # apply: "check" when it stopped before changing anything
 
 
 def refused(message: str) -> HelperError:
@@ -528,6 +530,7 @@ def parse_verb_args(verb: str, args: list[str]) -> argparse.Namespace:
         parser.add_argument("--confirm-within", type=int, required=True)
         parser.add_argument("--version")
         parser.add_argument("--staged")
+        parser.add_argument("--health-sample-ms", type=int)
     if verb == "health":
         parser.add_argument("--sample-ms", type=int, default=200)
     ns = parser.parse_args(args)
@@ -540,6 +543,8 @@ def parse_verb_args(verb: str, args: list[str]) -> argparse.Namespace:
             raise refused("--staged: a sha256 in lowercase hex")
     if verb == "health" and not 0 <= ns.sample_ms <= 2000:
         raise refused("--sample-ms must be 0..2000")
+    if verb == "apply" and ns.health_sample_ms is not None and not 0 <= ns.health_sample_ms <= 2000:
+        raise refused("--health-sample-ms must be 0..2000")
     return ns
 
 
@@ -574,7 +579,15 @@ def verb_check(host: Host, opts, limit: int) -> dict:
     return {"sha256": digest, "bytes": len(text), "staged": True}
 
 
+def _check_phase(error: HelperError) -> HelperError:
+    error.phase = "check"
+    return error
+
+
 def verb_apply(host: Host, opts, limit: int) -> dict:
+    """Text on stdin is checked (scope, then ``nft -c`` of the very transaction) inside the same
+    lock before anything is saved or armed: one round trip does what ``check`` + ``apply
+    --staged`` do. A failure before the load answers ``"phase": "check"`` (nothing changed)."""
     if opts.staged:
         try:
             text = host.staged_nft.read_text(encoding="utf-8")
@@ -582,13 +595,34 @@ def verb_apply(host: Host, opts, limit: int) -> dict:
             raise HelperError(EXIT_CONFLICT, "conflict", "nothing staged on this host") from exc
         if sha256(text) != opts.staged:
             raise HelperError(EXIT_CONFLICT, "conflict", "the staged rule set has another sha256")
+        check_scope(text, host.prefix)
     else:
         text = read_stdin(limit)
-    check_scope(text, host.prefix)
+        try:
+            check_scope(text, host.prefix)
+        except HelperError as exc:
+            raise _check_phase(exc) from None
     digest = sha256(text)
-    started = time.monotonic()
+    check_seconds = None
     with host.locked():
+        started = time.monotonic()
         host.write_file(host.upload_nft, text)
+        if not opts.staged:  # staged text was checked by `check`
+            result = host.nft_file(
+                host.transaction(host.upload_nft, replace=not opts.incremental), check_only=True
+            )
+            if result.returncode != 0:
+                host.log({"event": "apply-refused-by-check", "sha256": digest})
+                raise _check_phase(
+                    HelperError(
+                        EXIT_FAILED,
+                        "failed",
+                        "nft rejected the rule set; nothing was applied",
+                        result.stderr.strip(),
+                    )
+                )
+            check_seconds = round(time.monotonic() - started, 3)
+            started = time.monotonic()
         old_pending = host.read_json(host.pending_file)
         current_state = host.read_json(host.state_file) or {}
         if old_pending:
@@ -635,9 +669,15 @@ def verb_apply(host: Host, opts, limit: int) -> dict:
             "base": current_state.get("version") if opts.incremental else None,
         }
         host.write_json(host.state_file, state)
-    elapsed = round(time.monotonic() - started, 3)
+        elapsed = round(time.monotonic() - started, 3)
+        # After the load, under the same lock: nothing else can change the host in between.
+        health = (
+            collect_health(host, opts.health_sample_ms)
+            if opts.health_sample_ms is not None
+            else None
+        )
     host.log({"event": "applied", "sha256": digest, "version": state["version"], "s": elapsed})
-    return {
+    answer = {
         "version": loaded["version"] or state["version"],
         "loaded": loaded,
         "sha256": digest,
@@ -645,7 +685,11 @@ def verb_apply(host: Host, opts, limit: int) -> dict:
         "confirm_deadline": dt.datetime.fromtimestamp(deadline, dt.UTC).isoformat(),
         "confirm_within": opts.confirm_within,
         "apply_seconds": elapsed,
+        "check_seconds": check_seconds,
     }
+    if health is not None:
+        answer["health"] = health
+    return answer
 
 
 def verb_confirm(host: Host, opts, limit: int) -> dict:
@@ -744,10 +788,16 @@ def read_int(path: str) -> int | None:
 
 
 def verb_health(host: Host, opts, limit: int) -> dict:
+    return collect_health(host, opts.sample_ms)
+
+
+def collect_health(host: Host, sample_ms: int) -> dict:
+    """The `health` answer; softirq shares over `sample_ms` (0: no sample, no shares)."""
     started = time.monotonic()
-    before = read_cpu_times()
-    time.sleep(opts.sample_ms / 1000)
-    after = read_cpu_times()
+    before = read_cpu_times() if sample_ms else {}
+    if sample_ms:
+        time.sleep(sample_ms / 1000)
+    after = read_cpu_times() if sample_ms else {}
     per_cpu = []
     for name, values in after.items():
         if name == "cpu" or name not in before:
@@ -778,7 +828,7 @@ def verb_health(host: Host, opts, limit: int) -> dict:
             "ratio": round(count / maximum, 6) if count is not None and maximum else None,
         },
         "softirq": {
-            "sample_ms": opts.sample_ms,
+            "sample_ms": sample_ms,
             "per_cpu": per_cpu,
             "max_share": max((c["softirq"] for c in per_cpu), default=0.0),
         },
@@ -916,6 +966,8 @@ def main(argv: list[str] | None = None) -> int:
                "message": exc.message}  # fmt: skip
         if exc.detail:
             out["detail"] = exc.detail
+        if exc.phase:
+            out["phase"] = exc.phase
         sys.stdout.write(json.dumps(out) + "\n")
         sys.stderr.write(f"portal-fw: {exc.message}\n" + (f"{exc.detail}\n" if exc.detail else ""))
         if exc.kind == "refused":

@@ -121,6 +121,11 @@ UsePAM no
 # themselves are root-owned 0600 under var/lab, so the ancestor check adds nothing here.
 StrictModes no
 PermitUserEnvironment no
+# sshd runs the forced command through root's login shell; Debian's bash reads ~/.bashrc when
+# sshd starts it at SHLVL 0. Root's ~/.bashrc here is this machine's (a developer's: pyenv init
+# costs ~0.15 s per call), not a firewall host's: skip it so a round trip costs what it does
+# on a firewall.
+SetEnv SHLVL=1
 PermitTTY no
 AllowTcpForwarding no
 AllowStreamLocalForwarding no

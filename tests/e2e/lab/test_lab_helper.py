@@ -54,6 +54,7 @@ def test_an_unpinned_host_key_is_refused(lab, tmp_path: Path):
         "apply --confirm-within 99999",
         "apply",
         "health --sample-ms 100000",
+        "apply --confirm-within 5 --health-sample-ms 100000",
         "confirm now",
         "nft flush ruleset",
     ],
@@ -163,6 +164,36 @@ def test_rollback_while_pending_and_apply_on_top_of_a_pending_one(nat1):
     assert answer.data["was_pending"] is True
     assert portal_tables_text(nat1) == before
     assert fw(nat1, "confirm").rc == 3
+
+
+def test_apply_checks_first_and_a_refused_rule_set_arms_nothing(nat1):
+    before = portal_tables_text(nat1)
+    broken = ruleset("broken", allow=("ip daddr 10.100.1.23 acept",))
+    answer = fw(nat1, "apply --confirm-within 30 --health-sample-ms 0", broken)
+    assert answer.rc == 1
+    assert answer.data["error"] == "failed"
+    assert answer.data["phase"] == "check"  # nft -c refused it: nothing saved, nothing armed
+    assert "acept" in answer.data["detail"]
+    assert portal_tables_text(nat1) == before
+    version = fw(nat1, "version").data
+    assert version["version"] == "base-1"
+    assert version["pending_confirm"] is None
+    assert fw(nat1, "confirm").rc == 3
+
+
+def test_apply_answers_with_the_health_read_back_after_the_load(nat1):
+    answer = fw(nat1, "apply --confirm-within 30 --health-sample-ms 0", ruleset("h-5"))
+    assert answer.rc == 0, answer.stderr
+    assert answer.data["check_seconds"] >= 0
+    health = answer.data["health"]
+    assert health["version"] == "h-5"
+    assert health["loaded"]["version"] == "h-5"
+    assert health["conntrack"]["max"] > 0
+    assert health["pending_confirm"]["seconds_left"] > 0  # armed before the load
+    assert health["softirq"] == {"sample_ms": 0, "per_cpu": [], "max_share": 0.0}
+    assert fw(nat1, "confirm").rc == 0
+    assert "health" not in fw(nat1, "apply --confirm-within 30", ruleset("h-6")).data
+    assert fw(nat1, "confirm").rc == 0
 
 
 def test_staged_apply_does_not_need_a_second_upload(nat1):

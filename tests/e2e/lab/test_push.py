@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from lab_support import fw, lab_sh
+from lab_support import LAB_VAR, fw, lab_sh, wait_for
 from push_support import version
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry
 from apps.firewall.services import ruleset_rollout
+from apps.firewall.transport import FirewallSession, FirewallUnreachable
 
 pytestmark = [pytest.mark.lab, pytest.mark.django_db]
 
@@ -49,9 +52,17 @@ def test_rollout_applies_and_confirms_on_every_host(hosts):
     assert all(o.skipped for o in again)
 
 
+def helper_events(host: str) -> list[str]:
+    """What the helper on `host` logged (check, apply, confirm, rollback...)."""
+    log = LAB_VAR / host / "fw" / "log.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [json.loads(line)["event"] for line in lines]
+
+
 def test_a_refused_rule_set_reaches_no_host(hosts):
     good = [version(h) for h in hosts]
     ruleset_rollout(versions=good)
+    second_events = helper_events("pl-nat2")
     broken = (
         "table inet portal_fw {\n\tchain input { type filter hook input priority 0; bogus; }\n}\n"
     )
@@ -65,6 +76,8 @@ def test_a_refused_rule_set_reaches_no_host(hosts):
     assert "bogus" in first.error_reason or "syntax" in first.error_reason.lower()
     assert second.push_status == PushStatus.PENDING
     assert not PushLogEntry.objects.filter(host=second, version__in=bad).exists()
+    assert helper_events("pl-nat2") == second_events  # connected to early, but no verb ran
+    assert helper_events("pl-nat1")[-1] == "apply-refused-by-check"
     for host, v in zip(hosts, good, strict=True):
         assert loaded(host.name) == v.content_hash  # still the last good version
 
@@ -99,6 +112,27 @@ def test_failing_health_rolls_the_host_back_and_stops(hosts, settings):
     assert loaded("pl-nat1") == good[0].content_hash
     assert loaded("pl-nat2") == good[1].content_hash
     assert FirewallHost.objects.get(name="pl-nat2").push_status == PushStatus.PENDING
+
+
+def test_a_portal_that_disappears_before_the_confirm_is_reverted(hosts, settings, monkeypatch):
+    good = [version(h) for h in hosts]
+    ruleset_rollout(versions=good)
+    settings.PORTAL_FIREWALL_CONFIRM_WITHIN = 2
+    call = FirewallSession.call
+
+    def lost_before_confirm(self, verb, *args, **kwargs):
+        if verb == "confirm":
+            raise FirewallUnreachable("confirm: connection lost")
+        return call(self, verb, *args, **kwargs)
+
+    monkeypatch.setattr(FirewallSession, "call", lost_before_confirm)
+    newer = [version(h, port=9090) for h in FirewallHost.objects.order_by("rollout_order")]
+    outcomes = ruleset_rollout(versions=newer)
+    assert outcomes[0].unreachable
+    assert "reverts by itself" in outcomes[0].message
+    assert loaded("pl-nat1") == newer[0].content_hash  # applied, but never confirmed
+    assert wait_for(lambda: loaded("pl-nat1") == good[0].content_hash, timeout=8)
+    assert wait_for(lambda: loaded("pl-nat2") == good[1].content_hash, timeout=8)
 
 
 def test_staff_rollback_puts_an_older_version_back(hosts):

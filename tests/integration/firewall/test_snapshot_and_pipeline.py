@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -111,6 +112,21 @@ def test_lock_admits_one_holder_and_expires_by_itself():
     with firewall_lock():
         assert redis_client().get(LOCK_KEY)
     assert redis_client().get(LOCK_KEY) is None
+
+
+def test_a_waiting_run_takes_the_lock_as_soon_as_it_is_released():
+    redis_client().set(LOCK_KEY, "running-rollout", ex=30)
+    timer = threading.Timer(0.3, lambda: redis_client().delete(LOCK_KEY))
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(LockBusy), firewall_lock(wait=0.1):
+            pass  # pragma: no cover - still held after 0.1 s
+        with firewall_lock(wait=5) as token:
+            assert redis_client().get(LOCK_KEY) == token
+    finally:
+        timer.cancel()
+    assert 0.3 <= time.monotonic() - started < 1.5
 
 
 def test_release_never_drops_someone_elses_lock():
