@@ -2,10 +2,44 @@
 
 from __future__ import annotations
 
+import threading
+
 import structlog
 from celery import shared_task
+from celery.signals import worker_process_init
 
 log = structlog.get_logger(__name__)
+
+
+def snapshot_cache_warm() -> None:
+    """Build this process's typed members (apps.firewall.selectors) before the first change
+    arrives: at 20,000 members the first read costs about a second, later ones a tenth."""
+    from django.db import connection
+
+    from apps.firewall.models import FirewallHost
+    from apps.firewall.selectors import snapshot_data_read
+
+    try:
+        if FirewallHost.objects.filter(enabled=True).exists():
+            members = len(snapshot_data_read().members)
+            log.info("firewall.snapshot_cache_warm", members=members)
+    except Exception as exc:  # a warm-up must never stop a worker
+        log.warning("firewall.snapshot_cache_warm_failed", error=str(exc))
+    finally:
+        connection.close()  # this thread's own connection
+
+
+@worker_process_init.connect
+def _snapshot_cache_warm_start(**_kwargs: object) -> None:
+    """Each pool process warms its cache in the background (tasks need not wait for it; one
+    that compiles meanwhile waits on the cache lock, then finds it warm)."""
+    from django.conf import settings
+
+    if settings.PORTAL_FIREWALL_SYNC:
+        threading.Thread(
+            target=snapshot_cache_warm, name="snapshot-cache-warm", daemon=True
+        ).start()
+
 
 # How long a task waits for a running compile/rollout before it gives the pool process back
 # and retries (a run takes about a second; a dead holder's lock expires after its TTL).

@@ -6,6 +6,8 @@ back (plain SQL), and after each one the cached read must equal a read built fro
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -150,3 +152,40 @@ def test_revision_bumps_follow_the_member_of_each_row():
     opening_add(laptop, "80")
     assert revision(alice) != a
     assert revision(bob) == b
+
+
+def device_reads(queries):
+    read = " ".join(q["sql"] for q in queries.captured_queries)
+    return [t for t in ("network_device", "network_portforward") if f'FROM "{t}"' in read]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_pool_process_warms_the_cache_in_the_background(settings):
+    from apps.firewall.models import FirewallHost
+    from workers.firewall import _snapshot_cache_warm_start
+
+    FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    member = member_active()
+    device_add(member)
+    settings.PORTAL_FIREWALL_SYNC = True
+    _snapshot_cache_warm_start()  # what worker_process_init runs in each pool process
+    (warming,) = [t for t in threading.enumerate() if t.name == "snapshot-cache-warm"]
+    warming.join(timeout=30)
+    with CaptureQueriesContext(connection) as queries:
+        members = snapshot_data_read().members
+    assert [m.id for m in members] == [member.id]
+    assert device_reads(queries) == []  # the warm-up already built every member
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_warm_up_without_sync_or_without_firewalls(settings):
+    from workers.firewall import _snapshot_cache_warm_start, snapshot_cache_warm
+
+    device_add(member_active())
+    settings.PORTAL_FIREWALL_SYNC = False
+    _snapshot_cache_warm_start()
+    assert not [t for t in threading.enumerate() if t.name == "snapshot-cache-warm"]
+    snapshot_cache_warm()  # no firewall host configured: nothing to compile for
+    with CaptureQueriesContext(connection) as queries:
+        snapshot_data_read()
+    assert device_reads(queries) == ["network_device", "network_portforward"]
