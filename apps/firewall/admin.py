@@ -8,6 +8,17 @@ from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
 @admin.register(FirewallHost)
 class FirewallHostAdmin(admin.ModelAdmin):
     list_display = ["name", "address", "rollout_order", "enabled", "push_status", "applied_at"]
+    filter_horizontal = ["buildings"]
+
+    def save_related(self, request, form, formsets, change):
+        """Interfaces, site or order changed: compile and push (after the commit)."""
+        super().save_related(request, form, formsets, change)
+        from apps.network.hooks import network_changed_on_commit
+
+        network_changed_on_commit(
+            cause=f"firewall host {form.instance.name} settings", actor=request.user
+        )
+
     readonly_fields = [
         "push_status",
         "applied_version",

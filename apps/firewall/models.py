@@ -29,6 +29,16 @@ class FirewallHost(models.Model):
         _("member-side interfaces"), max_length=200, default="dorm0"
     )
     uplink_interfaces = models.CharField(_("uplink interfaces"), max_length=200, default="inet0")
+    buildings = models.ManyToManyField(
+        "members.Building",
+        verbose_name=_("buildings served"),
+        blank=True,
+        related_name="firewall_hosts",
+        help_text=_(
+            "The site this firewall serves: it receives only the members and subnets of these "
+            "buildings. None selected: every building."
+        ),
+    )
 
     push_status = models.CharField(
         _("push status"), max_length=16, choices=PushStatus.choices, default=PushStatus.PENDING

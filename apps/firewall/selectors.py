@@ -8,7 +8,7 @@ import gc
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -61,6 +61,19 @@ class SnapshotData:
     private_networks: tuple[str, ...]
     public_networks: tuple[str, ...]
     taken_at: datetime
+    building_of: dict[int, int | None] = field(default_factory=dict)  # member id -> building
+    private_by_building: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def for_buildings(self, buildings: set[int]) -> tuple[tuple[rs.Member, ...], tuple[str, ...]]:
+        """The members and private networks of a site (`buildings` empty: everything)."""
+        if not buildings:
+            return self.members, self.private_networks
+        building_of = self.building_of
+        members = tuple(m for m in self.members if building_of.get(m.id) in buildings)
+        private = tuple(
+            net for b in sorted(buildings) for net in self.private_by_building.get(b, ())
+        )
+        return members, private
 
 
 DEFAULT_SHAPING_KBIT = (4000, 1000)  # ShapingProfile.default()'s built-in rates
@@ -139,6 +152,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
                 "room__ipv6_prefix",
                 "test_access__profile__down_kbit",
                 "test_access__profile__up_kbit",
+                "room__building_id",
                 "firewall_revision__revision",
             )
         )
@@ -173,14 +187,27 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
             *ManagementNetwork.objects.values_list("network", flat=True),
             *settings.PORTAL_MANAGEMENT_NETWORKS,
         ]
-        private = tuple(Subnet.objects.filter(family=4).values_list("network", flat=True))
+        private_by_building: dict[int, list[str]] = defaultdict(list)
+        for building_id, network in Subnet.objects.filter(family=4).values_list(
+            "building_id", "network"
+        ):
+            private_by_building[building_id].append(network)
+        private = tuple(net for nets in private_by_building.values() for net in nets)
         public = tuple(PublicPool.objects.values_list("network", flat=True))
     policy = rs.Policy(
         management_networks=tuple(dict.fromkeys(management)),
         blocked_outbound=tuple(blocked["outbound"]),
         blocked_inbound=tuple(blocked["inbound"]),
     )
-    return SnapshotData(policy, members, private, public, taken_at)
+    return SnapshotData(
+        policy,
+        members,
+        private,
+        public,
+        taken_at,
+        building_of={mid: key[6] for mid, key in keys.items()},
+        private_by_building={b: tuple(nets) for b, nets in private_by_building.items()},
+    )
 
 
 _Parts = dict[int, list[Any]]
@@ -255,7 +282,7 @@ def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _P
 def _member_build(
     key: tuple[Any, ...], devices: _Parts, forwards: _Parts, openings: _Parts
 ) -> rs.Member:
-    member_id, status, public_ipv4, prefix, down, up, _revision, default_profile = key
+    member_id, status, public_ipv4, prefix, down, up, _building, _revision, default_profile = key
     shaping = None
     if status == "test":
         shaping = rs.Shaping(*(down, up) if down and up else default_profile)
@@ -288,16 +315,18 @@ def _interfaces(text: str) -> tuple[str, ...]:
 def firewall_snapshot_build(*, host: FirewallHost, data: SnapshotData | None = None) -> rs.Snapshot:
     """The compiler's input for `host` (raises SnapshotError naming any inconsistent row)."""
     data = data or snapshot_data_read()
+    buildings = set(host.buildings.values_list("pk", flat=True)) if host.pk else set()
+    members, private = data.for_buildings(buildings)
     return rs.Snapshot(
         policy=data.policy,
         host=rs.Host(
             name=host.name,
             uplink_interfaces=_interfaces(host.uplink_interfaces),
             member_interfaces=_interfaces(host.member_interfaces),
-            private_networks=data.private_networks,
+            private_networks=private,
             public_networks=data.public_networks,
         ),
-        members=data.members,
+        members=members,
     )
 
 
@@ -338,13 +367,30 @@ class LiveState:
         return max(times) if times and self.state == "live" else None
 
 
-def live_states(*, changed_at: dict[Any, datetime]) -> dict[Any, LiveState]:
-    """For rows last changed at `changed_at[key]`: live on which host since when (2 queries).
+def _served_buildings() -> dict[int, set[int]]:
+    """Enabled host id -> the buildings it is limited to (hosts serving every building absent)."""
+    served: dict[int, set[int]] = defaultdict(set)
+    for host_id, building_id in FirewallHost.buildings.through.objects.filter(
+        firewallhost__enabled=True
+    ).values_list("firewallhost_id", "building_id"):
+        served[host_id].add(building_id)
+    return served
+
+
+def live_states(
+    *,
+    changed_at: dict[Any, datetime],
+    building_of: dict[Any, int | None] | None = None,
+    served: dict[int, set[int]] | None = None,
+) -> dict[Any, LiveState]:
+    """For rows last changed at `changed_at[key]`: live on which host since when (3 queries).
 
     A host enforces a change when the version it confirmed was compiled from a snapshot taken
-    after the change; "since" is that host's first such confirmation."""
+    after the change; "since" is that host's first such confirmation. Hosts limited to some
+    buildings count only for rows whose member lives there (`building_of[key]`)."""
     if not changed_at:
         return {}
+    served = _served_buildings() if served is None else served
     hosts = list(
         FirewallHost.objects.filter(enabled=True).values(
             "pk",
@@ -367,7 +413,11 @@ def live_states(*, changed_at: dict[Any, datetime]) -> dict[Any, LiveState]:
     result = {}
     for key, changed in changed_at.items():
         per_host = []
+        building = building_of.get(key) if building_of is not None else None
         for h in hosts:
+            site = served.get(h["pk"])
+            if site and building_of is not None and building not in site:
+                continue  # another site's firewall: it never carries this row
             running = h["applied_version__snapshot_at"]
             if running is not None and running >= changed:
                 since = next(
@@ -389,7 +439,28 @@ def live_attach(rows: Iterable[Any]) -> bool:
     """Set `row.live` (what network/partials/live_state.html and the API show) on rows with an
     `updated_at`; True while any of them is not yet live everywhere (the page keeps polling)."""
     rows = list(rows)
-    states = live_states(changed_at={row.pk: row.updated_at for row in rows})
+    if not rows:
+        return False
+    building_of = None
+    served = _served_buildings()
+    if served:  # some hosts serve only some buildings: which building is each row's?
+        from apps.members.models import Member
+
+        member_of = {
+            row.pk: row.member_id if hasattr(row, "member_id") else row.device.member_id
+            for row in rows
+        }
+        buildings = dict(
+            Member.objects.filter(pk__in=set(member_of.values())).values_list(
+                "pk", "room__building_id"
+            )
+        )
+        building_of = {pk: buildings.get(mid) for pk, mid in member_of.items()}
+    states = live_states(
+        changed_at={row.pk: row.updated_at for row in rows},
+        building_of=building_of,
+        served=served,
+    )
     waiting = False
     for row in rows:
         state = states[row.pk]

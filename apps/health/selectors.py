@@ -30,7 +30,11 @@ def firewall_host_states() -> list[HostState]:
     newest = (
         HostHealthSample.objects.filter(host=OuterRef("pk")).order_by("-at", "-id").values("pk")[:1]
     )
-    hosts = list(FirewallHost.objects.annotate(newest_sample_id=Subquery(newest)))
+    hosts = list(
+        FirewallHost.objects.annotate(newest_sample_id=Subquery(newest)).prefetch_related(
+            "buildings"
+        )
+    )
     samples = HostHealthSample.objects.in_bulk(
         [h.newest_sample_id for h in hosts if h.newest_sample_id]
     )

@@ -1,0 +1,121 @@
+"""Firewall hosts are a list of sites: each host carries only the buildings it serves."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+import pytest
+
+from apps.firewall.models import FirewallHost
+from apps.firewall.selectors import firewall_snapshot_build, live_attach, snapshot_data_read
+from apps.firewall.services import ruleset_compile
+from apps.network.models import PortForward
+from tests.factories import BuildingFactory, RoomFactory, device_add, forward_add, member_active
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def two_sites():
+    north, south = BuildingFactory(), BuildingFactory()
+    hosts = {
+        "north": FirewallHost.objects.create(name="north-fw", address="10.255.255.11"),
+        "south": FirewallHost.objects.create(
+            name="south-fw", address="10.255.255.12", rollout_order=1
+        ),
+        "core": FirewallHost.objects.create(
+            name="core-fw", address="10.255.255.13", rollout_order=2
+        ),
+    }
+    hosts["north"].buildings.set([north])
+    hosts["south"].buildings.set([south])
+    alice = member_active(room=RoomFactory(building=north))
+    bob = member_active(room=RoomFactory(building=south))
+    return hosts, north, south, alice, bob
+
+
+def test_each_site_compiles_only_its_members_and_subnets(two_sites):
+    hosts, north, _south, alice, bob = two_sites
+    forward_add(alice, device_add(alice), "8080")
+    forward_add(bob, device_add(bob), "8080")
+    data = snapshot_data_read()
+
+    north_snapshot = firewall_snapshot_build(host=hosts["north"], data=data)
+    assert [m.id for m in north_snapshot.members] == [alice.id]
+    north_subnet = ipaddress.ip_network(north.subnets.get(family=4).network)
+    assert north_snapshot.host.private_networks == (north_subnet,)
+
+    south_snapshot = firewall_snapshot_build(host=hosts["south"], data=data)
+    assert [m.id for m in south_snapshot.members] == [bob.id]
+
+    core = firewall_snapshot_build(host=hosts["core"], data=data)  # no buildings: everything
+    assert {m.id for m in core.members} == {alice.id, bob.id}
+
+    versions = {v.host.name: v.nft_text for v in ruleset_compile(cause="sites")}
+    a, b = alice.public_ipv4.address, bob.public_ipv4.address
+    assert carries(versions["north-fw"], a)
+    assert not carries(versions["north-fw"], b)
+    assert carries(versions["south-fw"], b)
+    assert not carries(versions["south-fw"], a)
+    assert carries(versions["core-fw"], a)
+    assert carries(versions["core-fw"], b)
+
+
+def carries(nft_text, address):
+    """The address appears in the rule set as a whole address (not a prefix of another)."""
+    return re.search(rf"(?<![\d.]){re.escape(address)}(?![\d])", nft_text) is not None
+
+
+def test_a_row_waits_only_for_the_hosts_of_its_site(two_sites):
+    hosts, _north, _south, alice, _bob = two_sites
+    forward = forward_add(alice, device_add(alice), "2222")
+    for version in ruleset_compile(cause="sites"):
+        if version.host.name == "north-fw":
+            version.host.mark_applied(version)
+            version.host.push_log.create(version=version, step="confirm", ok=True)
+    row = PortForward.objects.get(pk=forward.pk)
+    assert live_attach([row]) is True  # core-fw (every building) has not confirmed yet
+    assert [h["host"] for h in row.live["per_host"]] == ["north-fw", "core-fw"]
+    assert row.live["hosts"] == ["north-fw"]
+
+    hosts["core"].enabled = False
+    hosts["core"].save()
+    row = PortForward.objects.get(pk=forward.pk)
+    assert live_attach([row]) is False
+    assert row.live["state"] == "live"
+    assert row.live["hosts"] == ["north-fw"]  # south-fw never carries north's members
+
+
+@pytest.mark.django_db(transaction=True)  # the hook runs when the admin's transaction commits
+def test_changing_a_hosts_site_in_the_admin_requests_a_compile(client, two_sites):
+    import json
+
+    from apps.network.hooks import CHANGES_KEY
+    from portal.redis import redis_client
+    from tests.factories import UserFactory
+
+    hosts, north, south, _alice, _bob = two_sites
+    admin = UserFactory(roles=["admin"], is_staff=True, is_superuser=True)
+    client.force_login(admin)
+    redis_client().delete(CHANGES_KEY)
+    host = hosts["north"]
+    response = client.post(
+        f"/admin/firewall/firewallhost/{host.pk}/change/",
+        {
+            "name": host.name,
+            "address": host.address,
+            "port": host.port,
+            "ssh_user": host.ssh_user,
+            "rollout_order": host.rollout_order,
+            "enabled": "on",
+            "member_interfaces": host.member_interfaces,
+            "uplink_interfaces": host.uplink_interfaces,
+            "buildings": [north.pk, south.pk],
+        },
+    )
+    assert response.status_code == 302, response.content[:2000]
+    assert set(host.buildings.values_list("pk", flat=True)) == {north.pk, south.pk}
+    (entry,) = [json.loads(e) for e in redis_client().lrange(CHANGES_KEY, 0, -1)]
+    assert entry["cause"] == "firewall host north-fw settings"
+    assert entry["actor"] == admin.username
