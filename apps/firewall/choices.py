@@ -19,6 +19,7 @@ class PushStep(models.TextChoices):
     CONNECT = "connect", _("connect")
     CHECK = "check", _("check")
     APPLY = "apply", _("apply")
+    SHAPING = "shaping", _("apply shaping")
     VERIFY = "verify", _("verify version")
     HEALTH = "health", _("health")
     CONFIRM = "confirm", _("confirm")

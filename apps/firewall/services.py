@@ -190,11 +190,9 @@ class _Push:
                 self.log(PushStep.VERIFY, False, message, time.monotonic())
                 return self.fail(PushStep.VERIFY, message + self.rollback(session))
             if version.tc_text.strip() and version.tc_text != self.running_tc():
-                reply = self.step(session, PushStep.APPLY, "tc-apply", stdin=version.tc_text)
+                reply = self.step(session, PushStep.SHAPING, "tc-apply", stdin=version.tc_text)
                 if not reply.ok:
-                    return self.fail(
-                        PushStep.APPLY, f"shaping: {reply.message}" + self.rollback(session)
-                    )
+                    return self.fail(PushStep.SHAPING, reply.message + self.rollback(session))
                 health = None  # taken before the shaping changed: take it again
             if health is None:
                 reply = self.step(

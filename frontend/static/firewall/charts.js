@@ -11,6 +11,8 @@ document.addEventListener("DOMContentLoaded", () => {
       legend: { show: false },
       series: [{}, { stroke: "#0172ad", width: 2, spanGaps: false }],
       axes: [{ size: 30 }, { size: 44 }],
+      // One sample spans no time: show the last five minutes around it, not years.
+      scales: { x: { time: true, range: (u, min, max) => (min === max ? [min - 300, max + 60] : [min, max]) } },
     };
     new uPlot(opts, [data.t, data[key]], el);
   });

@@ -37,7 +37,7 @@ def test_rollout_applies_and_confirms_on_every_host(hosts):
             ("connect", True),
             ("check", True),
             ("apply", True),
-            ("apply", True),
+            ("shaping", True),
             ("health", True),
             ("confirm", True),
         ] or steps == [
