@@ -213,8 +213,16 @@ class _Push:
             if not reply.ok:
                 return self.fail(PushStep.CONFIRM, reply.message)
         except FirewallUnreachable as exc:
-            suffix = " (the host reverts by itself unless confirmed)" if applied else ""
-            return self.fail(PushStep.CONNECT, f"connection lost: {exc}{suffix}", unreachable=True)
+            if not applied:
+                return self.fail(PushStep.CONNECT, f"connection lost: {exc}", unreachable=True)
+            # Lost after the apply: the new rule set may be what cut the connection, so it must
+            # not reach the next host. This one reverts by itself (commit-confirmed).
+            within = settings.PORTAL_FIREWALL_CONFIRM_WITHIN
+            return self.fail(
+                PushStep.CONNECT,
+                f"connection lost after the apply: {exc}; the host reverts by itself within "
+                f"{within} s unless confirmed, and the rollout stops here",
+            )
         finally:
             session.__exit__(None, None, None)
         self.host.mark_applied(version)
