@@ -34,4 +34,6 @@ if [[ -x deploy/lab/lab.sh ]]; then
   fi
 fi
 echo "Portal: http://$HOST:$PORT/  (logins resident, volunteer, support, admin; password demo)"
+# The lab tests check this file: they refuse to replace a lab that a running portal uses.
+mkdir -p var/run && echo $$ >var/run/make-run.pid
 exec .venv/bin/honcho -f deploy/dev/Procfile -d . start

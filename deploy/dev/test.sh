@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p test-artifacts
-exec .venv/bin/pytest ${PYTEST_ARGS:-}
+# Shell words, so quoting works: PYTEST_ARGS="-m 'not lab' -x"
+eval "set -- ${PYTEST_ARGS:-}"
+exec .venv/bin/pytest "$@"

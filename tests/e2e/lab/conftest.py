@@ -13,7 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_support import LAB_VAR, MGMT, WORKER_ENV, fw, lab_sh, reset_host, ruleset, run
+from lab_support import (
+    LAB_VAR,
+    MGMT,
+    WORKER_ENV,
+    fw,
+    lab_sh,
+    make_run_pid,
+    reset_host,
+    ruleset,
+    run,
+)
 
 
 def pytest_configure(config):
@@ -28,6 +38,12 @@ def lab():
         pytest.fail("the lab needs root (network namespaces); run `make test` as root")
     if not shutil.which("ip") or not Path("/usr/sbin/sshd").exists():
         pytest.fail("the lab needs iproute2 and openssh-server (installed by `make test`)")
+    running = make_run_pid()
+    if running:
+        pytest.fail(
+            f"`make run` (pid {running}) uses the lab, and these tests would replace it: stop "
+            "it first, or leave the lab tests out with PYTEST_ARGS=\"-m 'not lab'\""
+        )
     lab_sh("down")
     try:
         started = time.monotonic()

@@ -139,3 +139,14 @@ def reset_host(host: str) -> None:
     state = LAB_VAR / host / "fw"
     for name in ("pending.json", "state.json", "rollback.nft", "rollback.json", "staged.nft"):
         (state / name).unlink(missing_ok=True)  # pending gone: an armed timer exits by itself
+
+
+def make_run_pid(pid_file: Path | None = None) -> int | None:
+    """The pid of a running `make run` (deploy/dev/run.sh writes it), or None."""
+    pid_file = pid_file or Path(__file__).resolve().parents[3] / "var/run/make-run.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if b"honcho" in cmdline else None
