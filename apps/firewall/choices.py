@@ -24,3 +24,10 @@ class PushStep(models.TextChoices):
     HEALTH = "health", _("health")
     CONFIRM = "confirm", _("confirm")
     ROLLBACK = "rollback", _("roll back")
+
+
+class ShapingRoot(models.TextChoices):
+    """Root qdisc of a host's shaping interfaces (workers.ruleset.ShapingRoot)."""
+
+    HTB = "htb", _("one HTB (exact; one core enqueues)")
+    MQ = "mq", _("mq with one HTB per transmit queue (scales over cores)")

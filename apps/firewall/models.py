@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import zlib
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from apps.firewall.choices import PushStatus, PushStep
+from apps.firewall.choices import PushStatus, PushStep, ShapingRoot
+
+IFNAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # what the compiler accepts (workers.ruleset)
 
 
 class FirewallHost(models.Model):
@@ -29,6 +34,28 @@ class FirewallHost(models.Model):
         _("member-side interfaces"), max_length=200, default="dorm0"
     )
     uplink_interfaces = models.CharField(_("uplink interfaces"), max_length=200, default="inet0")
+    shaping_root = models.CharField(
+        _("shaping layout"),
+        max_length=8,
+        choices=ShapingRoot.choices,
+        default=ShapingRoot.HTB,
+        help_text=_(
+            "mq needs network cards with several transmit queues and a queue selection that "
+            "follows the member (see docs/ruleset.md)."
+        ),
+    )
+    tx_queues = models.PositiveSmallIntegerField(
+        _("transmit queues"),
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(64)],
+        help_text=_("Hardware transmit queues of the shaping interfaces (mq only; 1 for HTB)."),
+    )
+    link_kbit = models.PositiveIntegerField(
+        _("link rate (kbit/s)"),
+        default=10_000_000,
+        validators=[MinValueValidator(1), MaxValueValidator(400_000_000)],
+        help_text=_("What the shaping interfaces carry in total; unshaped traffic shares it."),
+    )
     buildings = models.ManyToManyField(
         "members.Building",
         verbose_name=_("buildings served"),
@@ -63,6 +90,33 @@ class FirewallHost(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def interface_names(self, field: str) -> tuple[str, ...]:
+        """The comma-separated interface names of `field`, stripped."""
+        return tuple(n.strip() for n in getattr(self, field).split(",") if n.strip())
+
+    def clean(self) -> None:
+        """The checks the compiler applies to its host, as form errors (nothing is pushed
+        with settings the compiler would refuse)."""
+        errors: dict[str, str] = {}
+        for field in ("member_interfaces", "uplink_interfaces"):
+            names = self.interface_names(field)
+            if not names or not all(IFNAME_RE.fullmatch(n) for n in names):
+                errors[field] = _(
+                    "One or more interface names, separated by commas, each 1 to 15 characters "
+                    "of A-Z a-z 0-9 _ . -"
+                )
+        both = set(self.interface_names("member_interfaces")) & set(
+            self.interface_names("uplink_interfaces")
+        )
+        if both and "uplink_interfaces" not in errors:
+            errors["uplink_interfaces"] = _("%(name)s is also a member-side interface.") % {
+                "name": sorted(both)[0]
+            }
+        if self.shaping_root == ShapingRoot.HTB and self.tx_queues != 1:
+            errors["tx_queues"] = _("One HTB has one queue: choose the mq layout for more.")
+        if errors:
+            raise ValidationError(errors)
 
     def mark_pending(self) -> None:
         """A newer version waits for this host."""
@@ -152,6 +206,8 @@ class PushLogEntry(models.Model):
     class Meta:
         ordering = ["-at", "-id"]
         indexes = [models.Index(fields=["host", "-at"])]
+        verbose_name = _("push log entry")
+        verbose_name_plural = _("push log entries")
 
     def __str__(self) -> str:
         return f"{self.host} {self.step} {'ok' if self.ok else 'failed'}"

@@ -308,10 +308,6 @@ def _rows(queryset: QuerySet[Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def _interfaces(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
-
-
 def firewall_snapshot_build(*, host: FirewallHost, data: SnapshotData | None = None) -> rs.Snapshot:
     """The compiler's input for `host` (raises SnapshotError naming any inconsistent row)."""
     data = data or snapshot_data_read()
@@ -321,8 +317,11 @@ def firewall_snapshot_build(*, host: FirewallHost, data: SnapshotData | None = N
         policy=data.policy,
         host=rs.Host(
             name=host.name,
-            uplink_interfaces=_interfaces(host.uplink_interfaces),
-            member_interfaces=_interfaces(host.member_interfaces),
+            uplink_interfaces=host.interface_names("uplink_interfaces"),
+            member_interfaces=host.interface_names("member_interfaces"),
+            shaping_root=rs.ShapingRoot(host.shaping_root),
+            tx_queues=host.tx_queues,
+            link_kbit=host.link_kbit,
             private_networks=private,
             public_networks=data.public_networks,
         ),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from lab_support import make_run_pid
@@ -17,6 +19,10 @@ def test_a_running_make_run_is_recognised_and_a_stale_pid_file_is_not(tmp_path):
     # A process that looks like run.sh's honcho (its command line names honcho).
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "honcho"])
     try:
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        deadline = time.monotonic() + 5
+        while b"honcho" not in cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the child has exec'd its program
         pid_file.write_text(f"{proc.pid}\n")
         assert make_run_pid(pid_file) == proc.pid
     finally:

@@ -111,6 +111,9 @@ def test_changing_a_hosts_site_in_the_admin_requests_a_compile(client, two_sites
             "enabled": "on",
             "member_interfaces": host.member_interfaces,
             "uplink_interfaces": host.uplink_interfaces,
+            "shaping_root": host.shaping_root,
+            "tx_queues": host.tx_queues,
+            "link_kbit": host.link_kbit,
             "buildings": [north.pk, south.pk],
         },
     )
