@@ -183,6 +183,24 @@ class RuleSetVersion(models.Model):
     def __str__(self) -> str:
         return f"{self.host} #{self.pk} {self.content_hash[:12]}"
 
+    @property
+    def element_count(self) -> int:
+        """Set and map elements of the rule set (its size in the kernel)."""
+        return sum(
+            n
+            for key, n in self.counts.items()
+            if key.startswith("portal_") and not key.endswith((".rules", ".version"))
+        )
+
+    @property
+    def shaping_classes(self) -> int:
+        """HTB classes of the shaping set-up (over all interfaces)."""
+        return int(self.counts.get("htb.classes", 0))
+
+    @property
+    def compile_milliseconds(self) -> int:
+        return round(self.compile_seconds * 1000)
+
     def snapshot_text(self) -> str | None:
         """The stored Snapshot JSON, or None when it was not kept."""
         if not self.snapshot_json:

@@ -164,3 +164,26 @@ def test_push_now_and_rollback_are_for_admins_and_audited(
     foreign = store(other, "theirs")
     url = reverse("firewall:rollback", args=[host.name])
     assert admin.post(url, {"version": foreign.pk}).status_code == 404
+
+
+def test_versions_show_their_elements_classes_and_compile_time(client_for, host):
+    ruleset_version_store(
+        host=host,
+        nft_text="table inet portal_fw {}\n",
+        tc_text="",
+        content_hash="ab" * 32,
+        counts={
+            "portal_fw.fwd_tcp": 1200,
+            "portal_fw.src_nat": 34,
+            "portal_fw.rules": 31,
+            "portal_fw.version": 1,
+            "htb.classes": 42,
+        },
+        compile_seconds=0.1234,
+        cause="counts",
+    )
+    page = client_for("support").get(reverse("firewall:host_detail", args=[host.name]))
+    cells = [c.strip() for c in page.content.decode().split("<td>")]
+    assert any(c.startswith("1,234<") for c in cells)  # elements: rules and marker not counted
+    assert any(c.startswith("42<") for c in cells)
+    assert any(c.startswith("123 ms<") for c in cells)
