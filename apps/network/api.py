@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.accounts.roles import STAFF_ROLES, has_role
-from apps.firewall.selectors import live_attach
+from apps.firewall.selectors import NETWORKED_STATUSES, live_attach
 from apps.members.choices import MemberStatus
 from apps.members.models import Member
 from apps.members.selectors import member_of_user
@@ -65,13 +65,81 @@ class DeviceFilter(django_filters.FilterSet):
             raise ValidationError({"mac": exc.messages}) from None
 
 
+def reaches_firewalls(obj: Any) -> bool:
+    """Forwards and openings while enabled; devices while their member is networked."""
+    if isinstance(obj, Device):
+        return obj.member.status in NETWORKED_STATUSES
+    return bool(obj.enabled)
+
+
+class LiveHostSerializer(serializers.Serializer):
+    host = serializers.CharField()
+    state = serializers.ChoiceField(choices=["live", "pending", "failed"])
+    since = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField()
+
+
+class LiveStateSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=["live", "pending", "failed"])
+    hosts = LiveHostSerializer(many=True)
+    since = serializers.DateTimeField(allow_null=True, help_text="live on every host since")
+    reason = serializers.CharField(help_text="why a host failed, if one did")
+
+
+@extend_schema_field(LiveStateSerializer(allow_null=True))
+class LiveStateField(serializers.Field):
+    """Whether the firewalls enforce the row: pending / live (on which hosts, since) / failed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["source"] = "*"
+        kwargs["read_only"] = True
+        super().__init__(**kwargs)
+
+    def to_representation(self, obj: Any) -> dict[str, Any] | None:
+        if not reaches_firewalls(obj):
+            return None
+        if getattr(obj, "live", None) is None:
+            live_attach([obj])
+        live = obj.live
+        return {
+            "state": live["state"],
+            "hosts": [
+                {**h, "since": h["since"].isoformat() if h["since"] else None}
+                for h in live["per_host"]
+            ],
+            "since": live["since"].isoformat() if live["since"] else None,
+            "reason": live["reason"],
+        }
+
+
+class LiveStateListMixin:
+    """List endpoints: attach the live state of a whole page in two queries."""
+
+    def paginate_queryset(self, queryset: Any) -> Any:
+        page = super().paginate_queryset(queryset)  # type: ignore[misc]
+        if page is not None:
+            live_attach([row for row in page if reaches_firewalls(row)])
+        return page
+
+
 class DeviceOutputSerializer(serializers.ModelSerializer):
     member = serializers.IntegerField(source="member_id")
     mac = serializers.CharField(help_text="Normalised: aa:bb:cc:dd:ee:ff.")
+    live = LiveStateField(help_text="null while the member is not networked")
 
     class Meta:
         model = Device
-        fields = ["id", "member", "name", "mac", "ipv4", "ipv6", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "member",
+            "name",
+            "mac",
+            "ipv4",
+            "ipv6",
+            "created_at",
+            "updated_at",
+            "live",
+        ]
 
 
 class DeviceCreateInputSerializer(serializers.Serializer):
@@ -95,7 +163,7 @@ def _refusal(exc: NetworkError) -> ValidationError:
     return ValidationError({exc.field or "non_field_errors": [exc.message]})
 
 
-class DeviceListAPI(generics.ListAPIView):
+class DeviceListAPI(LiveStateListMixin, generics.ListAPIView):
     """Devices the caller may see (filter by member, building, MAC in any notation, address)."""
 
     serializer_class = DeviceOutputSerializer
@@ -185,56 +253,6 @@ def _own_device(request: Request, device_id: int) -> Device:
     if found is None:
         raise ValidationError({"device": [gettext("Choose one of your own devices.")]})
     return found
-
-
-class LiveHostSerializer(serializers.Serializer):
-    host = serializers.CharField()
-    state = serializers.ChoiceField(choices=["live", "pending", "failed"])
-    since = serializers.DateTimeField(allow_null=True)
-    reason = serializers.CharField()
-
-
-class LiveStateSerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=["live", "pending", "failed"])
-    hosts = LiveHostSerializer(many=True)
-    since = serializers.DateTimeField(allow_null=True, help_text="live on every host since")
-    reason = serializers.CharField(help_text="why a host failed, if one did")
-
-
-@extend_schema_field(LiveStateSerializer(allow_null=True))
-class LiveStateField(serializers.Field):
-    """Whether the firewalls enforce the row: pending / live (on which hosts, since) / failed."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs["source"] = "*"
-        kwargs["read_only"] = True
-        super().__init__(**kwargs)
-
-    def to_representation(self, obj: Any) -> dict[str, Any] | None:
-        if not obj.enabled:
-            return None
-        if getattr(obj, "live", None) is None:
-            live_attach([obj])
-        live = obj.live
-        return {
-            "state": live["state"],
-            "hosts": [
-                {**h, "since": h["since"].isoformat() if h["since"] else None}
-                for h in live["per_host"]
-            ],
-            "since": live["since"].isoformat() if live["since"] else None,
-            "reason": live["reason"],
-        }
-
-
-class LiveStateListMixin:
-    """List endpoints: attach the live state of a whole page in two queries."""
-
-    def paginate_queryset(self, queryset: Any) -> Any:
-        page = super().paginate_queryset(queryset)  # type: ignore[misc]
-        if page is not None:
-            live_attach([row for row in page if row.enabled])
-        return page
 
 
 class PortForwardOutputSerializer(serializers.ModelSerializer):

@@ -19,7 +19,7 @@ from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role
-from apps.firewall.selectors import live_attach
+from apps.firewall.selectors import NETWORKED_STATUSES, live_attach
 from apps.members.models import Member
 from apps.members.selectors import member_devices, member_get
 from apps.members.services import (
@@ -73,6 +73,10 @@ def devices_context(
     `sections`, also the forwards, openings and test-access sections of the whole page."""
     devices = list(member_devices(actor=request.user, member=member))
     limit = NetworkSettings.load().device_limit
+    # Only a networked member's devices reach the firewalls (and so can be live there).
+    devices_live = member.status in NETWORKED_STATUSES
+    if devices_live:
+        live_attach(devices)
     extra: dict[str, Any] = {}
     if sections:
         extra.update(forwards_context(request=request, member=member, devices=devices))
@@ -83,6 +87,7 @@ def devices_context(
         **extra,
         "member": member,
         "devices": devices,
+        "devices_live": devices_live,
         "device_form": form or DeviceForm(),
         "editing": editing,
         "edit_form": edit_form,
@@ -689,9 +694,11 @@ class LiveStateView(LoginRequiredMixin, View):
 
     def get(self, request: HttpRequest, kind: str, pk: int) -> HttpResponse:
         if kind == "forward":
-            obj: PortForward | Ipv6Opening = _forward_or_404(request, pk)
+            obj: PortForward | Ipv6Opening | Device = _forward_or_404(request, pk)
         elif kind == "opening":
             obj = _opening_or_404(request, pk)
+        elif kind == "device":
+            obj = _device_or_404(request, pk)
         else:
             raise Http404
         live_attach([obj])

@@ -104,3 +104,39 @@ def test_failed_push_shows_the_reason(hosts):
     live = client.get(f"/api/port-forwards/{forward.pk}/").json()["live"]
     assert live["state"] == "failed"
     assert "pl-nat1: check: the host refused" in live["reason"]
+
+
+def test_devices_show_pending_then_live_on_the_dashboard_and_in_the_api(client, hosts):
+    from tests.factories import device_add
+
+    member = member_active()
+    laptop = device_add(member, "laptop")
+    client.force_login(member.user)
+    page = client.get(reverse("members:dashboard")).content.decode()
+    assert f'id="live-device-{laptop.pk}" data-state="pending"' in page
+    api = APIClient()
+    api.force_authenticate(member.user)
+    assert api.get(f"/api/devices/{laptop.pk}/").json()["live"]["state"] == "pending"
+
+    confirm_everywhere(laptop.updated_at)
+    page = client.get(reverse("members:dashboard")).content.decode()
+    assert f'id="live-device-{laptop.pk}" data-state="live"' in page
+    (listed,) = api.get("/api/devices/").json()["results"]
+    assert listed["live"]["state"] == "live"
+    badge = client.get(reverse("network:live_state", args=["device", laptop.pk]))
+    assert 'data-state="live"' in badge.content.decode()
+
+
+def test_devices_of_a_member_off_the_network_have_no_live_state(client, hosts):
+    from apps.members.services import member_suspend
+    from tests.factories import device_add
+
+    member = member_active()
+    device = device_add(member)
+    member_suspend(member=member, reason="unpaid", actor=None)
+    api = APIClient()
+    api.force_authenticate(member.user)
+    assert api.get(f"/api/devices/{device.pk}/").json()["live"] is None
+    other = member_active()
+    client.force_login(other.user)
+    assert client.get(reverse("network:live_state", args=["device", device.pk])).status_code == 404
