@@ -139,16 +139,15 @@ def _network_text(value: str) -> IPNetwork | None:
     address, slash, length = value.partition("/")
     if not slash or not length.isdigit() or len(length) > 3:
         return None
-    for family, bits, cls in ((_AF4, 32, IPv4Network), (_AF6, 128, IPv6Network)):
-        try:
-            n = int.from_bytes(_pton(family, address), "big")
-        except OSError:
-            continue
-        plen = int(length)
-        if plen > bits or n & ((1 << (bits - plen)) - 1):
-            return None  # ipaddress explains what is wrong
-        return cls((n, plen))
-    return None
+    family, bits, cls = (_AF6, 128, IPv6Network) if ":" in address else (_AF4, 32, IPv4Network)
+    try:
+        n = int.from_bytes(_pton(family, address), "big")
+    except OSError:
+        return None  # ipaddress explains what is wrong
+    plen = int(length)
+    if plen > bits or n & ((1 << (bits - plen)) - 1):
+        return None
+    return cls((n, plen))
 
 
 def _network(value: Any, what: str) -> IPNetwork:
