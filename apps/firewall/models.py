@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import zlib
 
 from django.conf import settings
@@ -13,8 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from apps.firewall.choices import PushStatus, PushStep, ShapingRoot
-
-IFNAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # what the compiler accepts (workers.ruleset)
+from workers.ruleset import IFNAME_RE
 
 
 class FirewallHost(models.Model):

@@ -435,8 +435,9 @@ def live_states(
 
 
 def live_attach(rows: Iterable[Any]) -> bool:
-    """Set `row.live` (what network/partials/live_state.html and the API show) on rows with an
-    `updated_at`; True while any of them is not yet live everywhere (the page keeps polling)."""
+    """Set `row.live` (what network/partials/live_state.html and the API show) on rows of one
+    kind (devices, forwards or openings) with an `updated_at`; True while any of them is not yet
+    live everywhere (the page keeps polling)."""
     rows = list(rows)
     if not rows:
         return False
@@ -444,17 +445,23 @@ def live_attach(rows: Iterable[Any]) -> bool:
     served = _served_buildings()
     if served:  # some hosts serve only some buildings: which building is each row's?
         from apps.members.models import Member
+        from apps.network.models import Device
 
-        member_of = {
-            row.pk: row.member_id if hasattr(row, "member_id") else row.device.member_id
-            for row in rows
-        }
-        buildings = dict(
-            Member.objects.filter(pk__in=set(member_of.values())).values_list(
-                "pk", "room__building_id"
+        if hasattr(rows[0], "member_id"):  # devices and forwards name their member
+            member_of = {row.pk: row.member_id for row in rows}
+            buildings = dict(
+                Member.objects.filter(pk__in=set(member_of.values())).values_list(
+                    "pk", "room__building_id"
+                )
             )
-        )
-        building_of = {pk: buildings.get(mid) for pk, mid in member_of.items()}
+        else:  # openings: through their device (never one query per row)
+            member_of = {row.pk: row.device_id for row in rows}
+            buildings = dict(
+                Device.objects.filter(pk__in=set(member_of.values())).values_list(
+                    "pk", "member__room__building_id"
+                )
+            )
+        building_of = {pk: buildings.get(key) for pk, key in member_of.items()}
     states = live_states(
         changed_at={row.pk: row.updated_at for row in rows},
         building_of=building_of,

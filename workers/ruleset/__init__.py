@@ -19,6 +19,7 @@ from workers.ruleset.build import TABLE_FAMILY, TABLE_NAME, VERSION_SET, build
 from workers.ruleset.diff import Incremental, diff, diff_rulesets, diff_stored
 from workers.ruleset.render import Compiled, render, version_comment
 from workers.ruleset.snapshot import (
+    IFNAME_RE,
     Device,
     Host,
     Member,
@@ -47,6 +48,7 @@ def version_read_command() -> list[str]:
 
 
 __all__ = [
+    "IFNAME_RE",
     "TABLE_FAMILY",
     "TABLE_NAME",
     "VERSION_SET",

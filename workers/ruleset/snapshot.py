@@ -35,7 +35,7 @@ PORT_MIN = 1
 PORT_MAX = 65535
 RATE_MAX_KBIT = 400_000_000  # 400 Gbit/s: anything above is a unit mistake
 MAX_TX_QUEUES = 64
-_IFNAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+IFNAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # an interface name the compiler accepts
 _HOSTNAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -189,7 +189,7 @@ def _ifnames(values: Iterable[Any], what: str) -> tuple[str, ...]:
         values = (values,)
     names = []
     for v in values:
-        if not isinstance(v, str) or not _IFNAME_RE.fullmatch(v):
+        if not isinstance(v, str) or not IFNAME_RE.fullmatch(v):
             raise SnapshotError(
                 f"{what}: interface name {v!r} must be 1-15 characters of A-Z a-z 0-9 _ . -"
             )

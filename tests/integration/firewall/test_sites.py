@@ -10,8 +10,15 @@ import pytest
 from apps.firewall.models import FirewallHost
 from apps.firewall.selectors import firewall_snapshot_build, live_attach, snapshot_data_read
 from apps.firewall.services import ruleset_compile
-from apps.network.models import PortForward
-from tests.factories import BuildingFactory, RoomFactory, device_add, forward_add, member_active
+from apps.network.models import Ipv6Opening, PortForward
+from tests.factories import (
+    BuildingFactory,
+    RoomFactory,
+    device_add,
+    forward_add,
+    member_active,
+    opening_add,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -78,6 +85,10 @@ def test_a_row_waits_only_for_the_hosts_of_its_site(two_sites):
     assert live_attach([row]) is True  # core-fw (every building) has not confirmed yet
     assert [h["host"] for h in row.live["per_host"]] == ["north-fw", "core-fw"]
     assert row.live["hosts"] == ["north-fw"]
+
+    opening = Ipv6Opening.objects.get(pk=opening_add(forward.device, "443").pk)
+    live_attach([opening])  # an opening finds its site through its device
+    assert [h["host"] for h in opening.live["per_host"]] == ["north-fw", "core-fw"]
 
     hosts["core"].enabled = False
     hosts["core"].save()
