@@ -366,30 +366,22 @@ class LiveState:
         return max(times) if times and self.state == "live" else None
 
 
-def _served_buildings() -> dict[int, set[int]]:
-    """Enabled host id -> the buildings it is limited to (hosts serving every building absent)."""
+@dataclass(frozen=True)
+class LiveHosts:
+    """The enabled hosts as live states need them, and the buildings each one is limited to
+    (hosts serving every building are absent from `served`). Read once per page."""
+
+    hosts: list[dict[str, Any]]
+    served: dict[int, set[int]]
+
+
+def live_hosts() -> LiveHosts:
+    """The enabled hosts and their sites (2 queries)."""
     served: dict[int, set[int]] = defaultdict(set)
     for host_id, building_id in FirewallHost.buildings.through.objects.filter(
         firewallhost__enabled=True
     ).values_list("firewallhost_id", "building_id"):
         served[host_id].add(building_id)
-    return served
-
-
-def live_states(
-    *,
-    changed_at: dict[Any, datetime],
-    building_of: dict[Any, int | None] | None = None,
-    served: dict[int, set[int]] | None = None,
-) -> dict[Any, LiveState]:
-    """For rows last changed at `changed_at[key]`: live on which host since when (3 queries).
-
-    A host enforces a change when the version it confirmed was compiled from a snapshot taken
-    after the change; "since" is that host's first such confirmation. Hosts limited to some
-    buildings count only for rows whose member lives there (`building_of[key]`)."""
-    if not changed_at:
-        return {}
-    served = _served_buildings() if served is None else served
     hosts = list(
         FirewallHost.objects.filter(enabled=True).values(
             "pk",
@@ -400,6 +392,25 @@ def live_states(
             "applied_version__snapshot_at",
         )
     )
+    return LiveHosts(hosts, dict(served))
+
+
+def live_states(
+    *,
+    changed_at: dict[Any, datetime],
+    building_of: dict[Any, int | None] | None = None,
+    hosts: LiveHosts | None = None,
+) -> dict[Any, LiveState]:
+    """For rows last changed at `changed_at[key]`: live on which host since when (3 queries,
+    1 with `hosts` already read).
+
+    A host enforces a change when the version it confirmed was compiled from a snapshot taken
+    after the change; "since" is that host's first such confirmation. Hosts limited to some
+    buildings count only for rows whose member lives there (`building_of[key]`)."""
+    if not changed_at:
+        return {}
+    hosts = hosts or live_hosts()
+    served = hosts.served
     earliest = min(changed_at.values())
     confirms: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
     for host_id, at, snapshot_at in (
@@ -413,7 +424,7 @@ def live_states(
     for key, changed in changed_at.items():
         per_host = []
         building = building_of.get(key) if building_of is not None else None
-        for h in hosts:
+        for h in hosts.hosts:
             site = served.get(h["pk"])
             if site and building_of is not None and building not in site:
                 continue  # another site's firewall: it never carries this row
@@ -434,16 +445,16 @@ def live_states(
     return result
 
 
-def live_attach(rows: Iterable[Any]) -> bool:
+def live_attach(rows: Iterable[Any], *, hosts: LiveHosts | None = None) -> bool:
     """Set `row.live` (what network/partials/live_state.html and the API show) on rows of one
     kind (devices, forwards or openings) with an `updated_at`; True while any of them is not yet
-    live everywhere (the page keeps polling)."""
+    live everywhere (the page keeps polling). Pass `hosts` when a page attaches several kinds."""
     rows = list(rows)
     if not rows:
         return False
     building_of = None
-    served = _served_buildings()
-    if served:  # some hosts serve only some buildings: which building is each row's?
+    hosts = hosts or live_hosts()
+    if hosts.served:  # some hosts serve only some buildings: which building is each row's?
         from apps.members.models import Member
         from apps.network.models import Device
 
@@ -465,7 +476,7 @@ def live_attach(rows: Iterable[Any]) -> bool:
     states = live_states(
         changed_at={row.pk: row.updated_at for row in rows},
         building_of=building_of,
-        served=served,
+        hosts=hosts,
     )
     waiting = False
     for row in rows:

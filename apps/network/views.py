@@ -19,7 +19,7 @@ from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role
-from apps.firewall.selectors import NETWORKED_STATUSES, live_attach
+from apps.firewall.selectors import NETWORKED_STATUSES, LiveHosts, live_attach, live_hosts
 from apps.members.models import Member
 from apps.members.selectors import member_devices, member_get
 from apps.members.services import (
@@ -72,15 +72,19 @@ def devices_context(
     """What the devices section needs (the same on the dashboard and the member page); with
     `sections`, also the forwards, openings and test-access sections of the whole page."""
     devices = list(member_devices(actor=request.user, member=member))
-    limit = NetworkSettings.load().device_limit
+    net = NetworkSettings.load()
+    limit = net.device_limit
     # Only a networked member's devices reach the firewalls (and so can be live there).
     devices_live = member.status in NETWORKED_STATUSES
+    # One read of the hosts for the live states of every section of the page.
+    hosts = live_hosts() if devices_live or sections else None
     if devices_live:
-        live_attach(devices)
+        live_attach(devices, hosts=hosts)
     extra: dict[str, Any] = {}
     if sections:
-        extra.update(forwards_context(request=request, member=member, devices=devices))
-        extra.update(openings_context(request=request, member=member, devices=devices))
+        shared = {"devices": devices, "hosts": hosts, "net": net}
+        extra.update(forwards_context(request=request, member=member, **shared))
+        extra.update(openings_context(request=request, member=member, **shared))
         if has_role(request.user, *STAFF_ROLES):
             extra.update(member_test_access_context(request=request, member=member))
     return {
@@ -213,13 +217,15 @@ def forwards_context(
     editing: int | None = None,
     edit_form: PortForwardForm | None = None,
     notice: str = "",
+    hosts: LiveHosts | None = None,
+    net: NetworkSettings | None = None,
 ) -> dict[str, Any]:
     """The port-forwards section: forwards grouped by device, the add form, the limit."""
     if devices is None:
         devices = list(member_devices(actor=request.user, member=member))
     forwards = list(member_port_forwards(actor=request.user, member=member))
-    waiting = live_attach(f for f in forwards if f.enabled)
-    limit = NetworkSettings.load().port_forward_limit
+    waiting = live_attach((f for f in forwards if f.enabled), hosts=hosts)
+    limit = (net or NetworkSettings.load()).port_forward_limit
     usable = member_can_forward(member)
     choices = member_devices(actor=request.user, member=member)
     return {
@@ -248,13 +254,15 @@ def openings_context(
     editing: int | None = None,
     edit_form: Ipv6OpeningForm | None = None,
     notice: str = "",
+    hosts: LiveHosts | None = None,
+    net: NetworkSettings | None = None,
 ) -> dict[str, Any]:
     """The IPv6-openings section: openings grouped by device, the add form, the limit."""
     if devices is None:
         devices = list(member_devices(actor=request.user, member=member))
     openings = list(member_ipv6_openings(actor=request.user, member=member))
-    waiting = live_attach(o for o in openings if o.enabled)
-    limit = NetworkSettings.load().ipv6_opening_limit
+    waiting = live_attach((o for o in openings if o.enabled), hosts=hosts)
+    limit = (net or NetworkSettings.load()).ipv6_opening_limit
     usable = member_can_forward(member)
     with_ipv6 = [d for d in devices if d.ipv6]
     choices = member_devices(actor=request.user, member=member).exclude(ipv6__isnull=True)
