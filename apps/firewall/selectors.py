@@ -80,6 +80,20 @@ DEFAULT_SHAPING_KBIT = (4000, 1000)  # ShapingProfile.default()'s built-in rates
 FULL_READ_SHARE = 0.2  # above this share of changed members, read all rows instead of by id
 
 
+# A member's own row; with the default shaping profile (test accesses) it is the cache key.
+MEMBER_COLUMNS = (
+    "id",
+    "status",
+    "public_ipv4__address",
+    "room__ipv6_prefix",
+    "test_access__profile__down_kbit",
+    "test_access__profile__up_kbit",
+    "room__building_id",
+    "firewall_revision__revision",
+)
+_BUILDING = MEMBER_COLUMNS.index("room__building_id")
+
+
 class _MemberCache:
     """This process's typed members of the last read, each with the key it was built from:
     the member's own row (status, public IPv4, prefix, shaping rates), the revision the
@@ -145,16 +159,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
             or DEFAULT_SHAPING_KBIT
         )
         member_rows = _rows(
-            Member.objects.filter(status__in=NETWORKED_STATUSES).values_list(
-                "id",
-                "status",
-                "public_ipv4__address",
-                "room__ipv6_prefix",
-                "test_access__profile__down_kbit",
-                "test_access__profile__up_kbit",
-                "room__building_id",
-                "firewall_revision__revision",
-            )
+            Member.objects.filter(status__in=NETWORKED_STATUSES).values_list(*MEMBER_COLUMNS)
         )
         with connection.cursor() as cursor:  # bumped by TRUNCATE (see migration 0004)
             cursor.execute("SELECT epoch FROM firewall_member_rev_epoch")
@@ -205,7 +210,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         private,
         public,
         taken_at,
-        building_of={mid: key[6] for mid, key in keys.items()},
+        building_of={row[0]: row[_BUILDING] for row in member_rows},
         private_by_building={b: tuple(nets) for b, nets in private_by_building.items()},
     )
 
