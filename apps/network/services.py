@@ -275,6 +275,23 @@ def _name_in_use_message(name: str) -> str:
     return _("There is already a device called “%(name)s”; choose another name.") % {"name": name}
 
 
+def _network_row_recorded(
+    *,
+    actor: Any,
+    action: str,
+    obj: Any,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    member: Member,
+) -> None:
+    """Audit a change of one of a member's network rows and have the firewalls follow it (once
+    per transaction, after the commit)."""
+    audit_record(
+        actor=actor, action=action, obj=obj, changes=audit_changes(before, after), member=member
+    )
+    network_changed_on_commit(cause=f"{action} {obj.pk}", actor=actor)
+
+
 def _lock_member(member: Member) -> Member:
     from apps.members.models import Member
 
@@ -310,14 +327,14 @@ def device_add(*, member: Member, name: str, mac: str, actor: Any) -> Device:
         member=member, name=name, mac=mac, ipv4=ipv4, ipv6=device_ipv6(room=member.room, mac=mac)
     )
     _save_device(device)
-    audit_record(
+    _network_row_recorded(
         actor=actor,
         action="device.add",
         obj=device,
-        changes=audit_changes({}, _device_values(device)),
+        before={},
+        after=_device_values(device),
         member=member,
     )
-    network_changed_on_commit(cause=f"device.add {device.pk}", actor=actor)
     return device
 
 
@@ -347,14 +364,14 @@ def device_change(
     if not fields:
         return device
     _save_device(device, update_fields=[*fields, "updated_at"])
-    audit_record(
+    _network_row_recorded(
         actor=actor,
         action="device.change",
         obj=device,
-        changes=audit_changes(before, _device_values(device)),
+        before=before,
+        after=_device_values(device),
         member=member,
     )
-    network_changed_on_commit(cause=f"device.change {device.pk}", actor=actor)
     return device
 
 
@@ -665,14 +682,14 @@ def port_forward_create(
         description=description.strip()[:100],
     )
     _save_forward(forward)
-    audit_record(
+    _network_row_recorded(
         actor=actor,
         action="port_forward.create",
         obj=forward,
-        changes=audit_changes({}, _forward_values(forward)),
+        before={},
+        after=_forward_values(forward),
         member=member,
     )
-    network_changed_on_commit(cause=f"port_forward.create {forward.pk}", actor=actor)
     return forward
 
 
@@ -732,12 +749,17 @@ def port_forward_change(
         if fields & {"protocol", "public_first", "enabled"}:
             _blocked_inbound_check(forward.protocol, public, "public_ports")
     _save_forward(forward, update_fields=sorted(fields))
-    changes = audit_changes(before, _forward_values(forward))
     action = "port_forward.change"
     if fields == {"enabled"}:
         action = "port_forward.enable" if forward.enabled else "port_forward.disable"
-    audit_record(actor=actor, action=action, obj=forward, changes=changes, member=member)
-    network_changed_on_commit(cause=f"{action} {forward.pk}", actor=actor)
+    _network_row_recorded(
+        actor=actor,
+        action=action,
+        obj=forward,
+        before=before,
+        after=_forward_values(forward),
+        member=member,
+    )
     return forward
 
 
@@ -890,14 +912,14 @@ def ipv6_opening_create(
         description=description.strip()[:100],
     )
     _save_opening(opening)
-    audit_record(
+    _network_row_recorded(
         actor=actor,
         action="ipv6_opening.create",
         obj=opening,
-        changes=audit_changes({}, _opening_values(opening)),
+        before={},
+        after=_opening_values(opening),
         member=member,
     )
-    network_changed_on_commit(cause=f"ipv6_opening.create {opening.pk}", actor=actor)
     return opening
 
 
@@ -951,14 +973,14 @@ def ipv6_opening_change(
     action = "ipv6_opening.change"
     if fields == {"enabled"}:
         action = "ipv6_opening.enable" if opening.enabled else "ipv6_opening.disable"
-    audit_record(
+    _network_row_recorded(
         actor=actor,
         action=action,
         obj=opening,
-        changes=audit_changes(before, _opening_values(opening)),
+        before=before,
+        after=_opening_values(opening),
         member=member,
     )
-    network_changed_on_commit(cause=f"{action} {opening.pk}", actor=actor)
     return opening
 
 
