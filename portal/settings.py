@@ -193,6 +193,13 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
+# Firewall work has a queue of its own, served by one worker process (threads: one warm snapshot
+# cache for every push, sites in parallel); everything else stays on the default queue.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {
+    "workers.firewall.*": {"queue": "firewall"},
+    "workers.health.firewall_health_collect": {"queue": "firewall"},
+}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 PORTAL_HEARTBEAT_INTERVAL = env_int("PORTAL_HEARTBEAT_INTERVAL", 15)
 CELERY_BEAT_MAX_LOOP_INTERVAL = 5  # beat ticks (and marks itself alive) at least this often
@@ -215,7 +222,8 @@ PORTAL_FIREWALL_CONFIRM_WITHIN = env_int("PORTAL_FIREWALL_CONFIRM_WITHIN", 30)
 # Never filtered (the compiler accepts them first); the lab's management net by default.
 PORTAL_MANAGEMENT_NETWORKS = env_list("PORTAL_MANAGEMENT_NETWORKS", "10.255.255.0/28")
 PORTAL_FIREWALL_DEBOUNCE = float(os.environ.get("PORTAL_FIREWALL_DEBOUNCE", "0.3"))
-PORTAL_FIREWALL_LOCK_TTL = env_int("PORTAL_FIREWALL_LOCK_TTL", 60)
+# A site's lock expires this long after its holder died (the holder renews it every third).
+PORTAL_FIREWALL_LOCK_TTL = env_int("PORTAL_FIREWALL_LOCK_TTL", 20)
 PORTAL_FIREWALL_SYNC = env_bool("PORTAL_FIREWALL_SYNC", default=True)  # network changes -> push
 PORTAL_RULESET_HISTORY = env_int("PORTAL_RULESET_HISTORY", 50)
 PORTAL_HEALTH_CONNTRACK_MAX_RATIO = 0.8  # a push whose host is fuller than this rolls back
@@ -223,6 +231,9 @@ PORTAL_HEALTH_CONNTRACK_WARN = 0.8
 PORTAL_HEALTH_SOFTIRQ_WARN = 0.5
 PORTAL_HEALTH_INTERVAL = env_int("PORTAL_HEALTH_INTERVAL", 30)
 PORTAL_HEALTH_SAMPLES_KEPT = env_int("PORTAL_HEALTH_SAMPLES_KEPT", 2880)  # a day at 30 s
+# How often the health beat also reads each host's content digest back (drift by content); raise
+# it on very large hosts (docs/bundle.md has the cost).
+PORTAL_HEALTH_DIGEST_INTERVAL = env_int("PORTAL_HEALTH_DIGEST_INTERVAL", 25)
 CELERY_BEAT_SCHEDULE["firewall-health"] = {
     "task": "workers.health.firewall_health_collect",
     "schedule": timedelta(seconds=PORTAL_HEALTH_INTERVAL),

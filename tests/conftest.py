@@ -36,3 +36,20 @@ def client_for(make_user):
         return client
 
     return make
+
+
+@pytest.fixture
+def firewall_redis_clean():
+    """No scheduled marks, causes, locks or requests of the firewall pipeline left over."""
+    from portal.redis import redis_client
+
+    client = redis_client()
+
+    def clean() -> None:
+        keys = list(client.scan_iter("portal:firewall:*"))
+        if keys:
+            client.delete(*keys)
+
+    clean()
+    yield
+    clean()

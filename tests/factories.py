@@ -183,3 +183,8 @@ def member_on_test(days: int = 14, **kwargs: Any) -> Member:
     return member_test_access_grant(
         member=member, until=timezone.localdate() + dt.timedelta(days=days), actor=None
     )
+
+
+# What a host's helper read back right after it applied a bundle (any digest: tests of the
+# live state only need the host to have read back something that still matches).
+READ_BACK = {"total": "0" * 64, "parts": {"nft:chain forward": "0" * 64}}

@@ -1,4 +1,8 @@
-"""Celery tasks of the firewall pipeline: thin wrappers around apps.firewall services."""
+"""Celery tasks of the firewall pipeline (the `firewall` queue): thin wrappers around services.
+
+The queue is served by one worker process with a thread pool: every task shares the process's
+warm snapshot cache, and sites roll out in parallel threads, each under its own lock.
+"""
 
 from __future__ import annotations
 
@@ -6,33 +10,33 @@ import threading
 
 import structlog
 from celery import shared_task
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_ready
 
 log = structlog.get_logger(__name__)
 
 
 def snapshot_cache_warm() -> None:
-    """Build this process's typed members (apps.firewall.selectors) before the first change
-    arrives: at 20,000 members the first read costs about a second, later ones a tenth."""
+    """Build this process's typed members (apps.firewall.snapshot) and compile every enabled
+    host once before the first change arrives: at 20,000 members the first read costs about a
+    second, and the compile leaves the bundle each host runs in this process's compile cache,
+    so the first change after a (re)start is sent as an increment like every later one."""
     from django.db import connection
 
-    from apps.firewall.models import FirewallHost
-    from apps.firewall.selectors import snapshot_data_read
+    from apps.firewall.rollout import compiled_warm
 
     try:
-        if FirewallHost.objects.filter(enabled=True).exists():
-            members = len(snapshot_data_read().members)
-            log.info("firewall.snapshot_cache_warm", members=members)
+        hosts = compiled_warm()
+        if hosts:
+            log.info("firewall.snapshot_cache_warm", hosts=hosts)
     except Exception as exc:  # a warm-up must never stop a worker
         log.warning("firewall.snapshot_cache_warm_failed", error=str(exc))
     finally:
         connection.close()  # this thread's own connection
 
 
-@worker_process_init.connect
 def _snapshot_cache_warm_start(**_kwargs: object) -> None:
-    """Each pool process warms its cache in the background (tasks need not wait for it; one
-    that compiles meanwhile waits on the cache lock, then finds it warm)."""
+    """Warm the cache in the background (tasks need not wait for it; one that compiles
+    meanwhile waits on the cache lock, then finds it warm)."""
     from django.conf import settings
 
     if settings.PORTAL_FIREWALL_SYNC:
@@ -41,58 +45,108 @@ def _snapshot_cache_warm_start(**_kwargs: object) -> None:
         ).start()
 
 
-# How long a task waits for a running compile/rollout before it gives the pool process back
-# and retries (a run takes about a second; a dead holder's lock expires after its TTL).
+@worker_ready.connect
+def _warm_when_serving_firewall(sender: object = None, **_kwargs: object) -> None:
+    """The firewall queue's worker (a thread pool: no pool process starts) warms at start."""
+    from apps.firewall.dispatch import FIREWALL_QUEUE
+
+    consumer = getattr(sender, "task_consumer", None)
+    queues = {q.name for q in getattr(consumer, "queues", ())}
+    if FIREWALL_QUEUE in queues:
+        _snapshot_cache_warm_start()
+
+
+# A prefork worker that serves the firewall queue warms each pool process too.
+worker_process_init.connect(_snapshot_cache_warm_start)
+
+# How long a task waits for a running compile/rollout of its site before it gives the thread
+# back and retries (a run takes about a second; a dead holder's lock expires after its TTL).
 LOCK_WAIT = 5.0
 
 
-@shared_task(bind=True, max_retries=None, acks_late=True, soft_time_limit=600)
-def firewall_sync(self, cause: str = "") -> None:  # type: ignore[no-untyped-def]
-    """Compile the database for every host and roll it out, one run at a time."""
-    from apps.firewall.pipeline import LockBusy, firewall_causes_take, firewall_lock
-    from apps.firewall.services import (
-        CompileError,
-        ruleset_compile,
-        ruleset_rollout,
-        version_snapshots_store,
+@shared_task(bind=True, max_retries=None, acks_late=True)
+def firewall_sync(self, site_id: int | None = None, cause: str = "") -> None:  # type: ignore[no-untyped-def]
+    """Compile one site's hosts and roll the bundles out, one run per site at a time. Without
+    `site_id`: schedule every site."""
+    from apps.firewall.models import Site
+    from apps.firewall.pipeline import (
+        LockBusy,
+        firewall_causes_take,
+        firewall_change_request,
+        push_request_report,
+        site_lock,
     )
+    from apps.firewall.rollout import CompileError, site_sync
 
+    if site_id is None:
+        firewall_change_request(cause=cause or "sync", force=True)
+        return
+    site = Site.objects.filter(pk=site_id).first()
+    if site is None:
+        return  # deleted since
     try:
-        with firewall_lock(wait=LOCK_WAIT):
-            causes = firewall_causes_take()
+        with site_lock(site.pk, wait=LOCK_WAIT):
+            causes, requests = firewall_causes_take(site.pk)
             summary = "; ".join(causes[:20]) or cause or "sync"
             try:
-                versions = ruleset_compile(cause=summary)
+                outcomes = site_sync(site=site, cause=summary)
             except CompileError as exc:
-                log.error("firewall.compile_failed", error=str(exc))
+                log.error("firewall.compile_failed", site=site.name, error=str(exc))
+                push_request_report(requests, site=site.name, outcome={"error": str(exc)})
                 return
-            outcomes = ruleset_rollout(versions=versions)
-            version_snapshots_store(versions=versions)  # off the critical path: after the rollout
+            push_request_report(
+                requests,
+                site=site.name,
+                outcome={
+                    "pushed": [o.host for o in outcomes if o.ok and not o.skipped],
+                    "unchanged": [o.host for o in outcomes if o.skipped and not o.message],
+                    "skipped": [
+                        {"host": o.host, "why": o.message, "pinned_to": o.pinned_to}
+                        for o in outcomes
+                        if o.skipped and o.message
+                    ],
+                    "failed": [
+                        {"host": o.host, "step": o.step, "why": o.message}
+                        for o in outcomes
+                        if not o.ok
+                    ],
+                },
+            )
             log.info(
                 "firewall.synced",
+                site=site.name,
                 cause=summary,
                 hosts={o.host: ("ok" if o.ok else o.step) for o in outcomes},
             )
             if any(o.unreachable for o in outcomes):
                 # Nothing is lost while a host is down: try again with backoff.
                 countdown = min(300, 5 * 2 ** min(self.request.retries, 6))
-                raise self.retry(countdown=countdown, kwargs={"cause": "retry: host unreachable"})
+                raise self.retry(
+                    countdown=countdown,
+                    kwargs={"site_id": site.pk, "cause": "retry: host unreachable"},
+                )
     except LockBusy:
         raise self.retry(countdown=1) from None
 
 
-@shared_task(bind=True, max_retries=None, acks_late=True, soft_time_limit=300)
-def host_rollback(self, host_id: int, version_id: int) -> None:  # type: ignore[no-untyped-def]
-    """Put a stored version back on one host (staff's "roll back to version X")."""
-    from apps.firewall.models import FirewallHost, RuleSetVersion
-    from apps.firewall.pipeline import LockBusy, firewall_lock
-    from apps.firewall.services import host_rollback as rollback
+@shared_task(bind=True, max_retries=None, acks_late=True)
+def host_rollback(self, host_id: int, version_id: int, actor_id: int | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Push the version staff pinned a host to (their "put #N back")."""
+    from apps.firewall.models import FirewallHost
+    from apps.firewall.pipeline import LockBusy, site_lock
+    from apps.firewall.rollout import host_rollback as rollback
 
-    host = FirewallHost.objects.get(pk=host_id)
-    version = RuleSetVersion.objects.get(pk=version_id, host=host)
+    host = FirewallHost.objects.select_related("pinned_version").get(pk=host_id)
+    if host.pinned_version_id != version_id:
+        return  # unpinned or pinned elsewhere since: that request is void
     try:
-        with firewall_lock(wait=LOCK_WAIT):
-            outcome = rollback(host=host, version=version)
+        with site_lock(host.site_id, wait=LOCK_WAIT):
+            host.refresh_from_db()
+            if host.pinned_version_id != version_id:
+                return
+            outcome = rollback(host=host)
     except LockBusy:
         raise self.retry(countdown=1) from None
-    log.info("firewall.rollback", host=host.name, version=version.pk, ok=outcome.ok)
+    log.info(
+        "firewall.rollback", host=host.name, version=version_id, ok=bool(outcome and outcome.ok)
+    )

@@ -19,33 +19,38 @@ def heartbeat(self) -> None:  # type: ignore[no-untyped-def]
 
 @shared_task(ignore_result=True, soft_time_limit=120)
 def firewall_health_collect() -> None:
-    """Collect every enabled host's health; repair drift by pushing its newest version."""
-    from apps.firewall.models import FirewallHost
+    """Collect every enabled host's health and content digest; repair drift by pushing in full
+    what the host should run (under its site's lock); converge sites whose hosts are behind."""
+    from apps.firewall.models import FirewallHost, RuleSetVersion
     from apps.firewall.pipeline import (
         LockBusy,
         changes_waiting,
         firewall_change_request,
-        firewall_lock,
+        site_lock,
     )
-    from apps.firewall.services import host_drift_repair
+    from apps.firewall.rollout import host_drift_repair
     from apps.health.services import host_drifted, host_health_collect
 
-    behind = False
-    for host in FirewallHost.objects.filter(enabled=True):
-        latest = host.versions.values_list("content_hash", flat=True).first()
-        behind |= latest is None or host.applied_checksum != latest or host.push_status != "applied"
+    behind: set[int] = set()
+    hosts = FirewallHost.objects.filter(enabled=True).select_related("site", "pinned_version")
+    for host in hosts:
+        latest = RuleSetVersion.objects.filter(host=host).values_list("content_hash", flat=True)
+        if not host.is_pinned and (latest.first() is None or not host.runs(latest.first())):
+            behind.add(host.site_id)
         sample = host_health_collect(host=host)
         if host_drifted(host=host, sample=sample):
-            log.warning("firewall.drift", host=host.name, loaded=sample.loaded_version)
+            log.warning("firewall.drift", host=host.name, parts=host.drift[:10])
             try:
-                with firewall_lock():
+                with site_lock(host.site_id):
                     outcome = host_drift_repair(host=host)
             except LockBusy:
                 continue  # a rollout is running; the next collection looks again
             log.info("firewall.drift_repair", host=host.name, ok=bool(outcome and outcome.ok))
+    sites = {h.site_id for h in hosts}
     if behind:
         # A host without the newest version (new, back from an outage, failed): converge.
-        firewall_change_request(cause="convergence (health check)")
-    elif changes_waiting():
+        firewall_change_request(cause="convergence (health check)", site_ids=sorted(behind))
+    waiting = [site for site in sites - behind if changes_waiting(site)]
+    if waiting:
         # Changes were recorded but their run was lost (a purged queue): run now.
-        firewall_change_request(cause="pending changes (health check)")
+        firewall_change_request(cause="pending changes (health check)", site_ids=waiting)

@@ -1,14 +1,68 @@
 """Django admin for firewall hosts (read-mostly: pushes go through services)."""
 
+from django import forms
 from django.contrib import admin
+from django.utils.translation import gettext as _
 
-from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
+from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion, Site
+
+
+class SiteForm(forms.ModelForm):
+    """A building is served by one site at most (else two sites would both NAT its members)."""
+
+    class Meta:
+        model = Site
+        fields = ["name", "buildings"]
+
+    def clean_buildings(self):
+        buildings = self.cleaned_data["buildings"]
+        taken = (
+            Site.buildings.through.objects.filter(building__in=buildings)
+            .exclude(site_id=self.instance.pk)
+            .select_related("building", "site")
+            .first()
+        )
+        if taken:
+            raise forms.ValidationError(
+                _("%(building)s is already served by site %(site)s.")
+                % {"building": taken.building, "site": taken.site}
+            )
+        return buildings
+
+
+@admin.register(Site)
+class SiteAdmin(admin.ModelAdmin):
+    form = SiteForm
+    list_display = ["name", "status", "status_at"]
+    filter_horizontal = ["buildings"]
+    readonly_fields = ["status", "status_reason", "status_at"]
+
+    def save_related(self, request, form, formsets, change):
+        """Buildings changed: compile and push (after the commit)."""
+        super().save_related(request, form, formsets, change)
+        from apps.network.hooks import network_changed_on_commit
+
+        network_changed_on_commit(cause=f"site {form.instance.name} settings", actor=request.user)
 
 
 @admin.register(FirewallHost)
 class FirewallHostAdmin(admin.ModelAdmin):
-    list_display = ["name", "address", "rollout_order", "enabled", "push_status", "applied_at"]
-    filter_horizontal = ["buildings"]
+    list_display = [
+        "name",
+        "site",
+        "address",
+        "rollout_order",
+        "enabled",
+        "push_status",
+        "applied_at",
+        "pinned_version",
+        "pinned_by",
+        "pinned_at",
+        "confirmed_digest",
+        "drift",
+        "digest_checked_at",
+    ]
+    list_filter = ["site"]
 
     def save_related(self, request, form, formsets, change):
         """Interfaces, site or order changed: compile and push (after the commit)."""

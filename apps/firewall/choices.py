@@ -31,3 +31,20 @@ class ShapingRoot(models.TextChoices):
 
     HTB = "htb", _("one HTB (exact; one core enqueues)")
     MQ = "mq", _("mq with one HTB per transmit queue (scales over cores)")
+
+
+class SiteStatus(models.TextChoices):
+    """Where a site's rollout stands."""
+
+    IDLE = "idle", _("in sync")
+    ROLLING_OUT = "rolling_out", _("rolling out")
+    FAILED = "failed", _("stopped")
+
+
+class LiveStatus(models.TextChoices):
+    """Whether the firewalls enforce a row (docs/live-state.md)."""
+
+    LIVE = "live", _("live")
+    PENDING = "pending", _("pending")
+    FAILED = "failed", _("failed")
+    OFF = "off", _("not in force")

@@ -11,8 +11,48 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from apps.firewall.choices import PushStatus, PushStep, ShapingRoot
+from apps.firewall.choices import PushStatus, PushStep, ShapingRoot, SiteStatus
 from workers.ruleset import IFNAME_RE
+
+
+class Site(models.Model):
+    """A group of hosts that serve the same buildings (e.g. an HA pair): one bundle per host,
+    one lock, one rollout order and one state per site; sites roll out independently."""
+
+    name = models.SlugField(_("name"), max_length=64, unique=True)
+    buildings = models.ManyToManyField(
+        "members.Building",
+        verbose_name=_("buildings served"),
+        blank=True,
+        related_name="firewall_sites",
+        help_text=_(
+            "Its hosts receive only the members and subnets of these buildings. None selected: "
+            "every building."
+        ),
+    )
+    status = models.CharField(
+        _("rollout state"), max_length=16, choices=SiteStatus.choices, default=SiteStatus.IDLE
+    )
+    status_reason = models.TextField(_("reason"), blank=True)
+    status_at = models.DateTimeField(_("state since"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("site")
+        verbose_name_plural = _("sites")
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def default_pk(cls) -> int:
+        """The site new hosts join unless told otherwise ("main", serving every building)."""
+        return cls.objects.get_or_create(name="main")[0].pk
+
+    def mark(self, status: str, reason: str = "") -> None:
+        """Record where the site's rollout stands."""
+        self.status, self.status_reason, self.status_at = status, reason[:4000], timezone.now()
+        self.save(update_fields=["status", "status_reason", "status_at"])
 
 
 class FirewallHost(models.Model):
@@ -54,16 +94,32 @@ class FirewallHost(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(400_000_000)],
         help_text=_("What the shaping interfaces carry in total; unshaped traffic shares it."),
     )
-    buildings = models.ManyToManyField(
-        "members.Building",
-        verbose_name=_("buildings served"),
-        blank=True,
-        related_name="firewall_hosts",
-        help_text=_(
-            "The site this firewall serves: it receives only the members and subnets of these "
-            "buildings. None selected: every building."
-        ),
+    site = models.ForeignKey(
+        Site,
+        verbose_name=_("site"),
+        on_delete=models.PROTECT,
+        related_name="hosts",
+        default=Site.default_pk,
+        help_text=_("Hosts of one site serve the same buildings and roll out one after another."),
     )
+    pinned_version = models.ForeignKey(
+        "firewall.RuleSetVersion",
+        verbose_name=_("pinned to"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text=_("Automatic pushes skip a pinned host until someone unpins it."),
+    )
+    pinned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    pinned_at = models.DateTimeField(_("pinned at"), null=True, blank=True)
+    # The digest the host read back right after it applied its confirmed bundle, and the parts
+    # of its newest read-back that differ from it (drift by content; empty: it matched).
+    confirmed_digest = models.JSONField(_("confirmed digest"), default=dict, blank=True)
+    drift = models.JSONField(_("drifted parts"), default=list, blank=True)
+    digest_checked_at = models.DateTimeField(_("content checked"), null=True, blank=True)
 
     push_status = models.CharField(
         _("push status"), max_length=16, choices=PushStatus.choices, default=PushStatus.PENDING
@@ -116,14 +172,31 @@ class FirewallHost(models.Model):
         if errors:
             raise ValidationError(errors)
 
+    def runs(self, content_hash: str) -> bool:
+        """The host confirmed exactly this bundle and nothing failed since."""
+        return self.push_status == PushStatus.APPLIED and self.applied_checksum == content_hash
+
+    @property
+    def holds_confirmed(self) -> bool:
+        """The host runs a confirmed version (the base for incremental pushes)."""
+        return self.push_status == PushStatus.APPLIED and bool(self.applied_version_id)
+
+    @property
+    def is_pinned(self) -> bool:
+        """Staff put a version back and hold the host there."""
+        return self.pinned_version_id is not None
+
     def mark_pending(self) -> None:
         """A newer version waits for this host."""
         self.push_status = PushStatus.PENDING
         self.save(update_fields=["push_status"])
 
-    def mark_applied(self, version: RuleSetVersion) -> None:
-        """The host confirmed `version`."""
+    def mark_applied(self, version: RuleSetVersion, *, digest: dict | None = None) -> None:
+        """The host confirmed `version`; `digest`: what it read back right after the apply."""
         now = timezone.now()
+        self.confirmed_digest = digest or {}
+        self.drift = []
+        self.digest_checked_at = now if digest else None
         self.push_status = PushStatus.APPLIED
         self.applied_version = version
         self.applied_checksum = version.content_hash
@@ -138,6 +211,9 @@ class FirewallHost(models.Model):
                 "error_reason",
                 "last_push_at",
                 "applied_at",
+                "confirmed_digest",
+                "drift",
+                "digest_checked_at",
             ]
         )
 
@@ -158,6 +234,10 @@ class RuleSetVersion(models.Model):
     content_hash = models.CharField(_("content hash"), max_length=64)
     nft_text = models.TextField(_("nft transaction"))
     tc_text = models.TextField(_("tc batch"), blank=True)
+    # Further artefacts of the bundle (configuration files: Kea, keepalived, ...), name -> text.
+    files = models.JSONField(_("configuration files"), default=dict, blank=True)
+    # sha256 of each artefact ("nft", "tc", and each file's name): what changed between versions.
+    artefact_hashes = models.JSONField(_("artefact hashes"), default=dict, blank=True)
     counts = models.JSONField(_("element counts"), default=dict)
     size_bytes = models.PositiveIntegerField(_("size"), default=0)
     compile_seconds = models.FloatField(_("compile time"), default=0)

@@ -1,24 +1,17 @@
-"""Reads of the firewall app (the DB -> compiler bridge joins this module with its issue)."""
+"""Reads of the firewall app for the staff screens: versions, push log, diffs.
+
+The database -> compiler bridge is `apps.firewall.snapshot`, live state `apps.firewall.live`,
+compile and rollout `apps.firewall.rollout`, staff actions `apps.firewall.services`.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import gc
-import threading
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Q, QuerySet
-from django.utils import timezone
+from django.db.models import QuerySet
 
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
-from workers import ruleset as rs
 
 DIFF_MAX_LINES = 200_000
 
@@ -37,465 +30,42 @@ def host_push_log(*, host: FirewallHost) -> QuerySet[PushLogEntry]:
     )
 
 
-def version_diff(*, old: RuleSetVersion, new: RuleSetVersion) -> Iterator[str] | None:
-    """A unified diff of two versions' nft text, or None when they are too large to diff here."""
-    a, b = old.nft_text.splitlines(), new.nft_text.splitlines()
-    if len(a) + len(b) > DIFF_MAX_LINES:
-        return None
-    return difflib.unified_diff(a, b, f"#{old.pk}", f"#{new.pk}", lineterm="", n=2)
+def version_artefacts(version: RuleSetVersion) -> dict[str, str]:
+    """Every artefact of a stored bundle by name: nft, tc, then the configuration files."""
+    return {"nft": version.nft_text, "tc": version.tc_text, **dict(sorted(version.files.items()))}
 
 
-# --------------------------------------------------------------------------------------------
-# The only bridge from the database to the compiler: a few queries -> typed Snapshot values.
-# --------------------------------------------------------------------------------------------
-
-NETWORKED_STATUSES = ("active", "test")  # MemberStatus values that reach the Internet
-
-
-@dataclass(frozen=True)
-class SnapshotData:
-    """What every host's snapshot shares: read once per compile."""
-
-    policy: rs.Policy
-    members: tuple[rs.Member, ...]
-    private_networks: tuple[str, ...]
-    public_networks: tuple[str, ...]
-    taken_at: datetime
-    building_of: dict[int, int | None] = field(default_factory=dict)  # member id -> building
-    private_by_building: dict[int, tuple[str, ...]] = field(default_factory=dict)
-
-    def for_buildings(self, buildings: set[int]) -> tuple[tuple[rs.Member, ...], tuple[str, ...]]:
-        """The members and private networks of a site (`buildings` empty: everything)."""
-        if not buildings:
-            return self.members, self.private_networks
-        building_of = self.building_of
-        members = tuple(m for m in self.members if building_of.get(m.id) in buildings)
-        private = tuple(
-            net for b in sorted(buildings) for net in self.private_by_building.get(b, ())
-        )
-        return members, private
-
-
-DEFAULT_SHAPING_KBIT = (4000, 1000)  # ShapingProfile.default()'s built-in rates
-FULL_READ_SHARE = 0.2  # above this share of changed members, read all rows instead of by id
-
-
-# A member's own row; with the default shaping profile (test accesses) it is the cache key.
-MEMBER_COLUMNS = (
-    "id",
-    "status",
-    "public_ipv4__address",
-    "room__ipv6_prefix",
-    "test_access__profile__down_kbit",
-    "test_access__profile__up_kbit",
-    "room__building_id",
-    "firewall_revision__revision",
-)
-_BUILDING = MEMBER_COLUMNS.index("room__building_id")
-
-
-class _MemberCache:
-    """This process's typed members of the last read, each with the key it was built from:
-    the member's own row (status, public IPv4, prefix, shaping rates), the revision the
-    triggers of migration firewall 0004 keep for its devices, forwards and openings, and the
-    default shaping profile where it applies. A member whose key is unchanged is reused as is;
-    only changed members are read and validated again."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.epoch: int | None = None
-        self.keys: dict[int, tuple[Any, ...]] = {}
-        self.members: dict[int, rs.Member] = {}
-
-    def clear(self) -> None:
-        with self.lock:
-            self.forget()
-
-    def forget(self) -> None:
-        self.epoch = None
-        self.keys.clear()
-        self.members.clear()
-
-
-_CACHE = _MemberCache()
-
-
-def snapshot_cache_clear() -> None:
-    """Forget this process's typed members (the next read builds every member again)."""
-    _CACHE.clear()
-
-
-def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
-    """Read policy, members, addresses, devices, forwards, openings and shaping in a handful
-    of queries, from one consistent view of the database.
-
-    With `cached` (the default), members whose rows did not change since this process's last
-    read are reused and only the changed ones are read again (by id); `cached=False` builds
-    every member from the database without touching the cache.
-    """
-    from apps.members.models import Member
-    from apps.network.models import (
-        BlockedPort,
-        ManagementNetwork,
-        PublicPool,
-        ShapingProfile,
-        Subnet,
-    )
-
-    cache = _CACHE if cached else _MemberCache()
-    taken_at = timezone.now()
-    outermost = not connection.in_atomic_block
-    with cache.lock, transaction.atomic():
-        if outermost:  # one consistent view of all tables while they change underneath
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        default_profile = (
-            ShapingProfile.objects.filter(is_default=True)
-            .values_list("down_kbit", "up_kbit")
-            .first()
-            or ShapingProfile.objects.filter(name="Test access")
-            .values_list("down_kbit", "up_kbit")
-            .first()
-            or DEFAULT_SHAPING_KBIT
-        )
-        member_rows = _rows(
-            Member.objects.filter(status__in=NETWORKED_STATUSES).values_list(*MEMBER_COLUMNS)
-        )
-        with connection.cursor() as cursor:  # bumped by TRUNCATE (see migration 0004)
-            cursor.execute("SELECT epoch FROM firewall_member_rev_epoch")
-            epoch = cursor.fetchone()[0]
-        if epoch != cache.epoch:
-            cache.forget()
-            cache.epoch = epoch
-        keys = {
-            row[0]: (*row, tuple(default_profile) if row[1] == "test" else None)
-            for row in member_rows
-        }
-        known = cache.keys
-        changed = [mid for mid, key in keys.items() if known.get(mid) != key]
-        if changed:
-            by_id = None if len(changed) > FULL_READ_SHARE * len(keys) else changed
-            with _gc_paused():
-                devices, forwards, openings = _member_parts_read(by_id)
-                for mid in changed:
-                    cache.members[mid] = _member_build(keys[mid], devices, forwards, openings)
-                    known[mid] = keys[mid]
-        for gone in known.keys() - keys.keys():
-            del known[gone], cache.members[gone]
-        members = tuple(cache.members[mid] for mid in keys)
-        blocked: dict[str, list[rs.PortRule]] = {"inbound": [], "outbound": []}
-        for direction, protocol, first, last in BlockedPort.objects.values_list(
-            "direction", "protocol", "first", "last"
-        ):
-            blocked[direction].append(rs.PortRule(protocol, (first, last)))
-        management = [
-            *ManagementNetwork.objects.values_list("network", flat=True),
-            *settings.PORTAL_MANAGEMENT_NETWORKS,
-        ]
-        private_by_building: dict[int, list[str]] = defaultdict(list)
-        for building_id, network in Subnet.objects.filter(family=4).values_list(
-            "building_id", "network"
-        ):
-            private_by_building[building_id].append(network)
-        private = tuple(net for nets in private_by_building.values() for net in nets)
-        public = tuple(PublicPool.objects.values_list("network", flat=True))
-    policy = rs.Policy(
-        management_networks=tuple(dict.fromkeys(management)),
-        blocked_outbound=tuple(blocked["outbound"]),
-        blocked_inbound=tuple(blocked["inbound"]),
-    )
-    return SnapshotData(
-        policy,
-        members,
-        private,
-        public,
-        taken_at,
-        building_of={row[0]: row[_BUILDING] for row in member_rows},
-        private_by_building={b: tuple(nets) for b, nets in private_by_building.items()},
-    )
-
-
-_Parts = dict[int, list[Any]]
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while hundreds of thousands of acyclic objects are made:
-    each collection would walk all of them again (it cost 40% of a 20,000-member read)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _Parts]:
-    """Typed devices, enabled forwards and openings per member id: of networked members
-    (`member_ids` None) or of the given members. Three queries."""
-    from apps.network.models import Device, Ipv6Opening, PortForward
-
-    if member_ids is None:
-        mine = Q(member__status__in=NETWORKED_STATUSES)
-        mine_via_device = Q(device__member__status__in=NETWORKED_STATUSES)
-    else:
-        mine = Q(member_id__in=member_ids)
-        mine_via_device = Q(device__member_id__in=member_ids)
-    device = rs.Device
-    devices: _Parts = defaultdict(list)
-    for member_id, device_id, ipv4, ipv6 in _rows(
-        Device.objects.filter(mine).values_list("member_id", "id", "ipv4", "ipv6")
-    ):
-        devices[member_id].append(device(device_id, ipv4, (ipv6,) if ipv6 else ()))
-    forward, port_range = rs.PortForward, rs.port_range
-    forwards: _Parts = defaultdict(list)
-    for member_id, fid, protocol, p1, p2, device_id, t1, t2 in _rows(
-        PortForward.objects.filter(
-            mine, enabled=True, device__isnull=False, public_address__isnull=False
-        ).values_list(
-            "member_id",
-            "id",
-            "protocol",
-            "public_first",
-            "public_last",
-            "device_id",
-            "target_first",
-            "target_last",
-        )
-    ):
-        forwards[member_id].append(
-            forward(
-                fid,
-                protocol,
-                port_range(p1, p2, f"port forward #{fid} public ports"),
-                device_id,
-                port_range(t1, t2, f"port forward #{fid} target ports"),
+def version_diff(*, old: RuleSetVersion, new: RuleSetVersion) -> list[dict[str, Any]] | None:
+    """A unified diff per artefact of two versions ({"artefact", "lines"}: only artefacts that
+    differ), or None when they are too large to diff here."""
+    before, after = version_artefacts(old), version_artefacts(new)
+    sections = []
+    total = 0
+    for name in sorted(before.keys() | after.keys(), key=lambda n: (n not in ("nft", "tc"), n)):
+        a = before.get(name, "").splitlines()
+        b = after.get(name, "").splitlines()
+        total += len(a) + len(b)
+        if total > DIFF_MAX_LINES:
+            return None
+        if a != b:
+            lines = difflib.unified_diff(
+                a, b, f"#{old.pk} {name}", f"#{new.pk} {name}", lineterm="", n=2
             )
-        )
-    openings: _Parts = defaultdict(list)
-    for member_id, oid, device_id, protocol, first, last in _rows(
-        Ipv6Opening.objects.filter(mine_via_device, enabled=True).values_list(
-            "device__member_id", "id", "device_id", "protocol", "port_first", "port_last"
-        )
-    ):
-        ports = None if first is None else (first, last)
-        openings[member_id].append(rs.Opening(oid, device_id, protocol, ports))
-    return devices, forwards, openings
+            sections.append({"artefact": name, "lines": list(lines)})
+    return sections
 
 
-def _member_build(
-    key: tuple[Any, ...], devices: _Parts, forwards: _Parts, openings: _Parts
-) -> rs.Member:
-    member_id, status, public_ipv4, prefix, down, up, _building, _revision, default_profile = key
-    shaping = None
-    if status == "test":
-        shaping = rs.Shaping(*(down, up) if down and up else default_profile)
-    return rs.Member(
-        id=member_id,
-        public_ipv4=public_ipv4,
-        devices=tuple(devices.get(member_id, ())),
-        forwards=tuple(forwards.get(member_id, ())),
-        openings=tuple(openings.get(member_id, ())),
-        shaping=shaping,
-        ipv6_prefixes=(prefix,) if prefix else (),
-    )
-
-
-def _rows(queryset: QuerySet[Any]) -> list[tuple[Any, ...]]:
-    """The queryset's rows as plain tuples, straight from the driver, in (first column, id)
-    order: no per-row ORM conversion (inet arrives as text; the snapshot parses it) and the
-    snapshot's own order, so it has nothing to sort. Run inside the caller's transaction."""
-    first = queryset.query.values_select[0]
-    sql, params = queryset.order_by(first, "id").query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
-def firewall_snapshot_build(*, host: FirewallHost, data: SnapshotData | None = None) -> rs.Snapshot:
-    """The compiler's input for `host` (raises SnapshotError naming any inconsistent row)."""
-    data = data or snapshot_data_read()
-    buildings = set(host.buildings.values_list("pk", flat=True)) if host.pk else set()
-    members, private = data.for_buildings(buildings)
-    return rs.Snapshot(
-        policy=data.policy,
-        host=rs.Host(
-            name=host.name,
-            uplink_interfaces=host.interface_names("uplink_interfaces"),
-            member_interfaces=host.interface_names("member_interfaces"),
-            shaping_root=rs.ShapingRoot(host.shaping_root),
-            tx_queues=host.tx_queues,
-            link_kbit=host.link_kbit,
-            private_networks=private,
-            public_networks=data.public_networks,
-        ),
-        members=members,
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# Live state of rows (devices, forwards, openings): which hosts enforce their last change.
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HostLiveState:
-    """One host's view of one row: live since, pending, or failed with a reason."""
-
-    host: str
-    state: str  # "live" | "pending" | "failed"
-    since: datetime | None = None
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class LiveState:
-    """A row's state across every enabled host."""
-
-    hosts: tuple[HostLiveState, ...]
-
-    @property
-    def state(self) -> str:
-        states = {h.state for h in self.hosts}
-        if not self.hosts:
-            return "pending"
-        if states == {"live"}:
-            return "live"
-        return "failed" if "failed" in states else "pending"
-
-    @property
-    def since(self) -> datetime | None:
-        """When the last host started enforcing it (live on all since)."""
-        times = [h.since for h in self.hosts if h.since]
-        return max(times) if times and self.state == "live" else None
-
-
-@dataclass(frozen=True)
-class LiveHosts:
-    """The enabled hosts as live states need them, and the buildings each one is limited to
-    (hosts serving every building are absent from `served`). Read once per page."""
-
-    hosts: list[dict[str, Any]]
-    served: dict[int, set[int]]
-
-
-def live_hosts() -> LiveHosts:
-    """The enabled hosts and their sites (2 queries)."""
-    served: dict[int, set[int]] = defaultdict(set)
-    for host_id, building_id in FirewallHost.buildings.through.objects.filter(
-        firewallhost__enabled=True
-    ).values_list("firewallhost_id", "building_id"):
-        served[host_id].add(building_id)
-    hosts = list(
-        FirewallHost.objects.filter(enabled=True).values(
-            "pk",
-            "name",
-            "push_status",
-            "error_reason",
-            "last_push_at",
-            "applied_version__snapshot_at",
-        )
-    )
-    return LiveHosts(hosts, dict(served))
-
-
-def live_states(
-    *,
-    changed_at: dict[Any, datetime],
-    building_of: dict[Any, int | None] | None = None,
-    hosts: LiveHosts | None = None,
-) -> dict[Any, LiveState]:
-    """For rows last changed at `changed_at[key]`: live on which host since when (3 queries,
-    1 with `hosts` already read).
-
-    A host enforces a change when the version it confirmed was compiled from a snapshot taken
-    after the change; "since" is that host's first such confirmation. Hosts limited to some
-    buildings count only for rows whose member lives there (`building_of[key]`)."""
-    if not changed_at:
-        return {}
-    hosts = hosts or live_hosts()
-    served = hosts.served
-    earliest = min(changed_at.values())
-    confirms: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
-    for host_id, at, snapshot_at in (
-        PushLogEntry.objects.filter(step="confirm", ok=True, at__gte=earliest)
-        .order_by("at")
-        .values_list("host_id", "at", "version__snapshot_at")
-    ):
-        if snapshot_at is not None:
-            confirms[host_id].append((at, snapshot_at))
-    result = {}
-    for key, changed in changed_at.items():
-        per_host = []
-        building = building_of.get(key) if building_of is not None else None
-        for h in hosts.hosts:
-            site = served.get(h["pk"])
-            if site and building_of is not None and building not in site:
-                continue  # another site's firewall: it never carries this row
-            running = h["applied_version__snapshot_at"]
-            if running is not None and running >= changed:
-                since = next(
-                    (at for at, snap in confirms[h["pk"]] if snap >= changed and at >= changed),
-                    None,
-                )
-                per_host.append(HostLiveState(h["name"], "live", since))
-            elif h["push_status"] in ("error", "unreachable") and (
-                h["last_push_at"] and h["last_push_at"] >= changed
-            ):
-                per_host.append(HostLiveState(h["name"], "failed", reason=h["error_reason"]))
-            else:
-                per_host.append(HostLiveState(h["name"], "pending"))
-        result[key] = LiveState(tuple(per_host))
-    return result
-
-
-def live_attach(rows: Iterable[Any], *, hosts: LiveHosts | None = None) -> bool:
-    """Set `row.live` (what network/partials/live_state.html and the API show) on rows of one
-    kind (devices, forwards or openings) with an `updated_at`; True while any of them is not yet
-    live everywhere (the page keeps polling). Pass `hosts` when a page attaches several kinds."""
-    rows = list(rows)
-    if not rows:
-        return False
-    building_of = None
-    hosts = hosts or live_hosts()
-    if hosts.served:  # some hosts serve only some buildings: which building is each row's?
-        from apps.members.models import Member
-        from apps.network.models import Device
-
-        if hasattr(rows[0], "member_id"):  # devices and forwards name their member
-            member_of = {row.pk: row.member_id for row in rows}
-            buildings = dict(
-                Member.objects.filter(pk__in=set(member_of.values())).values_list(
-                    "pk", "room__building_id"
-                )
-            )
-        else:  # openings: through their device (never one query per row)
-            member_of = {row.pk: row.device_id for row in rows}
-            buildings = dict(
-                Device.objects.filter(pk__in=set(member_of.values())).values_list(
-                    "pk", "member__room__building_id"
-                )
-            )
-        building_of = {pk: buildings.get(key) for pk, key in member_of.items()}
-    states = live_states(
-        changed_at={row.pk: row.updated_at for row in rows},
-        building_of=building_of,
-        hosts=hosts,
-    )
-    waiting = False
-    for row in rows:
-        state = states[row.pk]
-        failed = [h for h in state.hosts if h.state == "failed"]
-        row.live = {
-            "state": state.state,
-            "hosts": [h.host for h in state.hosts if h.state == "live"],
-            "since": state.since,
-            "reason": "; ".join(f"{h.host}: {h.reason}" for h in failed),
-            "per_host": [
-                {"host": h.host, "state": h.state, "since": h.since, "reason": h.reason}
-                for h in state.hosts
-            ],
-        }
-        waiting |= state.state != "live"
-    return waiting
+def version_changes(*, old: RuleSetVersion, new: RuleSetVersion) -> list[dict[str, object]]:
+    """What putting `new` in place of `old` changes, per artefact: element and class counts
+    (nft, tc) and which configuration files differ."""
+    rows: list[dict[str, object]] = []
+    keys = sorted(set(old.counts) | set(new.counts))
+    for key in keys:
+        before, after = int(old.counts.get(key, 0)), int(new.counts.get(key, 0))
+        if before != after:
+            rows.append({"artefact": key, "before": before, "after": after})
+    old_hashes, new_hashes = old.artefact_hashes or {}, new.artefact_hashes or {}
+    for name in sorted(set(old_hashes) | set(new_hashes)):
+        if name not in ("nft", "tc") and old_hashes.get(name) != new_hashes.get(name):
+            rows.append({"artefact": name, "before": None, "after": None})
+    return rows

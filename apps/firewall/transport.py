@@ -17,7 +17,7 @@ from typing import Any
 import asyncssh
 from django.conf import settings
 
-VERBS = frozenset({"check", "apply", "confirm", "rollback", "version", "health", "tc-apply"})
+VERBS = frozenset({"apply-bundle", "confirm", "rollback", "version", "health", "digest"})
 
 
 class FirewallUnreachable(Exception):
@@ -74,23 +74,26 @@ class FirewallSession:
 
     def _connect_task(self) -> asyncio.Task[asyncssh.SSHClientConnection]:
         if self._connecting is None:
-            key = Path(settings.PORTAL_FIREWALL_SSH_KEY)
-            known_hosts = Path(settings.PORTAL_FIREWALL_KNOWN_HOSTS)
-            self._connecting = self._loop.create_task(
-                asyncio.wait_for(
-                    asyncssh.connect(
-                        self.address,
-                        port=self.port,
-                        username=self.user,
-                        client_keys=[str(key)],
-                        known_hosts=str(known_hosts),
-                        agent_path=None,
-                        config=None,
-                    ),
-                    self.connect_timeout,
-                )
-            )
+            self._connecting = self._loop.create_task(self._open())
         return self._connecting
+
+    async def _open(self) -> asyncssh.SSHClientConnection:
+        """The handshake (created only when the task first runs: a session closed before its
+        turn leaves no coroutine behind)."""
+        key = Path(settings.PORTAL_FIREWALL_SSH_KEY)
+        known_hosts = Path(settings.PORTAL_FIREWALL_KNOWN_HOSTS)
+        return await asyncio.wait_for(
+            asyncssh.connect(
+                self.address,
+                port=self.port,
+                username=self.user,
+                client_keys=[str(key)],
+                known_hosts=str(known_hosts),
+                agent_path=None,
+                config=None,
+            ),
+            self.connect_timeout,
+        )
 
     def __enter__(self) -> FirewallSession:
         try:

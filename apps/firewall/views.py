@@ -6,14 +6,16 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views import View
 
 from apps.accounts.roles import Role, RoleRequiredMixin, StaffRequiredMixin, has_role
 from apps.audit.selectors import audit_for_object
-from apps.firewall.models import FirewallHost
-from apps.firewall.selectors import host_push_log, host_versions, version_diff
-from apps.firewall.services import firewall_push_now, host_rollback_request
+from apps.firewall.models import FirewallHost, Site
+from apps.firewall.pipeline import push_request_outcome
+from apps.firewall.selectors import host_push_log, host_versions, version_changes, version_diff
+from apps.firewall.services import PinRefused, firewall_push_now, host_pin, host_unpin
 from apps.health.selectors import firewall_host_states, host_health_series
 from apps.health.services import host_warnings
 
@@ -25,7 +27,15 @@ class FirewallHostListView(StaffRequiredMixin, View):
         template = "firewall/host_list.html"
         if request.htmx and not request.htmx.boosted:
             template += "#host-table"
-        return render(request, template, {"states": firewall_host_states()})
+        push = request.GET.get("push", "")
+        context = {
+            "states": firewall_host_states(),
+            "sites": Site.objects.filter(hosts__isnull=False)
+            .distinct()
+            .prefetch_related("buildings"),
+            "push_request": push if push.isalnum() else "",
+        }
+        return render(request, template, context)
 
 
 class FirewallHostDetailView(StaffRequiredMixin, View):
@@ -62,39 +72,87 @@ class VersionDiffView(StaffRequiredMixin, View):
             raise Http404("two version numbers (a, b) are needed") from None
         old = get_object_or_404(host.versions, pk=old_id)
         new = get_object_or_404(host.versions, pk=new_id)
-        lines = version_diff(old=old, new=new)
-        context = {"host": host, "old": old, "new": new, "lines": list(lines) if lines else None}
+        context = {"host": host, "old": old, "new": new, "sections": version_diff(old=old, new=new)}
         return render(request, "firewall/version_diff.html", context)
 
 
 class PushNowView(RoleRequiredMixin, View):
-    """Admins: compile and roll out now (audited)."""
+    """Admins: compile and roll out every site now (audited); the list then shows the outcome."""
 
     required_roles = (Role.ADMIN,)
 
     def post(self, request: HttpRequest) -> HttpResponse:
-        firewall_push_now(actor=request.user)
-        messages.success(request, _("A push to every firewall is on its way."))
-        return redirect("firewall:host_list")
+        request_id = firewall_push_now(actor=request.user)
+        return redirect(f"{reverse('firewall:host_list')}?push={request_id}")
+
+
+class PushOutcomeView(RoleRequiredMixin, View):
+    """The outcome of one "push now", per site; polled by the host list until every site ran."""
+
+    required_roles = (Role.ADMIN,)
+
+    def get(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        return render(
+            request,
+            "firewall/partials/push_outcome.html",
+            {"request_id": request_id, "outcome": push_request_outcome(request_id)},
+        )
+
+
+def _pin_target(host: FirewallHost, raw: str | None):  # -> RuleSetVersion
+    try:
+        return host.versions.defer("nft_text", "tc_text").get(pk=int(raw or ""))
+    except (ValueError, host.versions.model.DoesNotExist):
+        raise Http404("no such version of this host") from None
 
 
 class RollbackView(RoleRequiredMixin, View):
-    """Admins: put a stored version back on one host (audited)."""
+    """Admins: put a stored version back on one host and hold it there. GET asks for
+    confirmation and names what will change; POST pins (audited)."""
+
+    required_roles = (Role.ADMIN,)
+
+    def get(self, request: HttpRequest, name: str) -> HttpResponse:
+        host = get_object_or_404(FirewallHost, name=name)
+        version = _pin_target(host, request.GET.get("version"))
+        running = host.applied_version
+        context = {
+            "host": host,
+            "version": version,
+            "running": running,
+            "changes": version_changes(old=running, new=version) if running else None,
+        }
+        return render(request, "firewall/rollback_confirm.html", context)
+
+    def post(self, request: HttpRequest, name: str) -> HttpResponse:
+        host = get_object_or_404(FirewallHost, name=name)
+        version = _pin_target(host, request.POST.get("version"))
+        try:
+            host_pin(host=host, version=version, actor=request.user)
+        except PinRefused as exc:  # pragma: no cover - _pin_target already checked the host
+            raise Http404(str(exc)) from None
+        messages.success(
+            request,
+            _(
+                "Version #%(n)s is being put back on %(host)s. The host stays on it until "
+                "someone unpins it."
+            )
+            % {"n": version.pk, "host": host.name},
+        )
+        return redirect("firewall:host_detail", name=host.name)
+
+
+class UnpinView(RoleRequiredMixin, View):
+    """Admins: release a pinned host; its site pushes the newest version (audited)."""
 
     required_roles = (Role.ADMIN,)
 
     def post(self, request: HttpRequest, name: str) -> HttpResponse:
         host = get_object_or_404(FirewallHost, name=name)
-        try:
-            version = host.versions.defer("nft_text", "tc_text").get(
-                pk=int(request.POST["version"])
-            )
-        except (KeyError, ValueError, host.versions.model.DoesNotExist):
-            raise Http404("no such version of this host") from None
-        host_rollback_request(host=host, version=version, actor=request.user)
+        host_unpin(host=host, actor=request.user)
         messages.success(
             request,
-            _("Version #%(n)s is being put back on %(host)s.")
-            % {"n": version.pk, "host": host.name},
+            _("%(host)s is no longer pinned; the newest version is on its way.")
+            % {"host": host.name},
         )
         return redirect("firewall:host_detail", name=host.name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
@@ -33,6 +33,7 @@ class CeleryStatus:
     heartbeat_seen: datetime | None
     heartbeat_worker: str
     redis_error: str
+    firewall_workers: list[str] = field(default_factory=list)  # serving the firewall queue
 
     @property
     def max_age_seconds(self) -> int:
@@ -44,6 +45,11 @@ class CeleryStatus:
     @property
     def workers_alive(self) -> bool:
         return bool(self.workers)
+
+    @property
+    def firewall_queue_served(self) -> bool:
+        """Some worker consumes the firewall queue (else no change ever reaches a host)."""
+        return bool(self.firewall_workers)
 
     @property
     def beat_alive(self) -> bool:
@@ -66,14 +72,20 @@ def celery_status(*, ping_timeout: float = 1.0) -> CeleryStatus:
         client = redis_client()
         beat = _parse(client.get(BEAT_KEY))
         heartbeat = client.hgetall(HEARTBEAT_KEY)
-        replies = app.control.ping(timeout=ping_timeout) or []
+        replies = app.control.inspect(timeout=ping_timeout).active_queues() or {}
     except Exception as exc:
         return CeleryStatus([], None, None, "", redis_error=str(exc))
-    workers = sorted(name for reply in replies for name in reply)
+    from apps.firewall.dispatch import FIREWALL_QUEUE
+
+    workers = sorted(replies)
+    firewall = sorted(
+        name for name, queues in replies.items() if any(q["name"] == FIREWALL_QUEUE for q in queues)
+    )
     return CeleryStatus(
         workers=workers,
         beat_seen=beat,
         heartbeat_seen=_parse(heartbeat.get("at")),
         heartbeat_worker=heartbeat.get("worker", ""),
         redis_error="",
+        firewall_workers=firewall,
     )

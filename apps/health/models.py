@@ -23,6 +23,7 @@ class HostHealthSample(models.Model):
     softirq_per_cpu = models.JSONField(default=list, blank=True)
     load1 = models.FloatField(null=True, blank=True)
     interfaces = models.JSONField(default=dict, blank=True)
+    digest = models.CharField(_("content digest"), max_length=64, blank=True)
     error = models.TextField(blank=True)
 
     class Meta:

@@ -31,9 +31,9 @@ def firewall_host_states() -> list[HostState]:
         HostHealthSample.objects.filter(host=OuterRef("pk")).order_by("-at", "-id").values("pk")[:1]
     )
     hosts = list(
-        FirewallHost.objects.annotate(newest_sample_id=Subquery(newest)).prefetch_related(
-            "buildings"
-        )
+        FirewallHost.objects.annotate(newest_sample_id=Subquery(newest))
+        .select_related("site")
+        .prefetch_related("site__buildings")
     )
     samples = HostHealthSample.objects.in_bulk(
         [h.newest_sample_id for h in hosts if h.newest_sample_id]

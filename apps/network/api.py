@@ -18,7 +18,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.accounts.roles import STAFF_ROLES, has_role
-from apps.firewall.selectors import NETWORKED_STATUSES, live_attach
+from apps.firewall.choices import LiveStatus
+from apps.firewall.live import live_attach
+from apps.firewall.snapshot import NETWORKED_STATUSES
 from apps.members.choices import MemberStatus
 from apps.members.models import Member
 from apps.members.selectors import member_of_user
@@ -74,16 +76,20 @@ def reaches_firewalls(obj: Any) -> bool:
 
 class LiveHostSerializer(serializers.Serializer):
     host = serializers.CharField()
-    state = serializers.ChoiceField(choices=["live", "pending", "failed"])
+    state = serializers.ChoiceField(
+        choices=[LiveStatus.LIVE, LiveStatus.PENDING, LiveStatus.FAILED]
+    )
     since = serializers.DateTimeField(allow_null=True)
     reason = serializers.CharField()
 
 
 class LiveStateSerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=["live", "pending", "failed"])
+    state = serializers.ChoiceField(choices=LiveStatus.values)
     hosts = LiveHostSerializer(many=True)
     since = serializers.DateTimeField(allow_null=True, help_text="live on every host since")
-    reason = serializers.CharField(help_text="why a host failed, if one did")
+    reason = serializers.CharField(
+        help_text="why a host failed, if one did; why the row is not in force (state off)"
+    )
 
 
 @extend_schema_field(LiveStateSerializer(allow_null=True))

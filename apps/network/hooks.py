@@ -7,31 +7,22 @@ and causes took part, and never when it rolls back.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 import redis
 from django.db import transaction
-from django.utils import timezone
 
 from apps.firewall.pipeline import firewall_change_request
-from portal.redis import redis_client
 
 logger = logging.getLogger(__name__)
-CHANGES_KEY = "portal:network-changes"
-CHANGES_KEPT = 1000
 
 
 def network_changed(*, cause: str, actor: Any) -> None:
-    """A committed change of network state: record it (the rule-set compile attaches here)."""
+    """A committed change of network state: every site compiles and pushes (debounced)."""
     name = actor.get_username() if getattr(actor, "is_authenticated", False) else "system"
-    entry = {"cause": cause, "actor": name, "at": timezone.now().isoformat()}
     logger.info("network changed: %s (by %s)", cause, name)
     try:
-        client = redis_client()
-        client.lpush(CHANGES_KEY, json.dumps(entry))
-        client.ltrim(CHANGES_KEY, 0, CHANGES_KEPT - 1)
         firewall_change_request(cause=f"{cause} (by {name})")
     except redis.RedisError as exc:
         # The change is committed; the next change or the health beat's drift check carries it.

@@ -19,7 +19,8 @@ from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role
-from apps.firewall.selectors import NETWORKED_STATUSES, LiveHosts, live_attach, live_hosts
+from apps.firewall.live import LiveHosts, live_attach, live_hosts
+from apps.firewall.snapshot import NETWORKED_STATUSES
 from apps.members.models import Member
 from apps.members.selectors import member_devices, member_get
 from apps.members.services import (

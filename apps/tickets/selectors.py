@@ -174,7 +174,7 @@ def ticket_member_context(*, actor: Any, ticket: Ticket) -> dict[str, Any]:
     incidents.sort(key=lambda i: not i.affects_member)  # the member's building first
     forwards = None
     if member is not None:
-        from apps.firewall.selectors import live_attach
+        from apps.firewall.live import live_attach
         from apps.network.selectors import member_port_forwards
 
         forwards = list(member_port_forwards(actor=actor, member=member))

@@ -89,9 +89,10 @@ def test_systemd_units_verify_cleanly(unit, tmp_path):
     assert result.stderr.strip() == "", result.stderr
 
 
-def test_three_units_exist():
+def test_the_units_exist():
     assert {u.name for u in UNITS} == {
         "portal-web.service",
         "portal-worker.service",
+        "portal-firewall.service",
         "portal-beat.service",
     }

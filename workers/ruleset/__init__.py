@@ -4,20 +4,22 @@ Public API (what `apps/firewall` calls)::
 
     snapshot = Snapshot(policy=Policy(...), host=Host(...), members=(Member(...), ...))
     compiled = compile_snapshot(snapshot)       # .nft, .tc, .content_hash, .counts, .ruleset
+    bundle = compile_bundle(snapshot)           # every artefact of the host, one hash
     step = diff(previous_compiled, compiled)    # Incremental(.nft, .tc, ...) or None: use full
     stored = snapshot.to_json()                 # compact, deterministic; store with the version
     step = diff_stored(stored, stored_hash, compiled)   # the same increment from stored data
 
 Nothing here imports Django or Celery (tests/unit/ruleset checks it). See docs in `build`
-(rule layout), `render` (transaction and version marker), `diff` (increments) and
+(rule layout), `render` (transaction and content hash), `diff` (increments) and
 `shaping_layouts` (HTB and mq roots).
 """
 
 from __future__ import annotations
 
-from workers.ruleset.build import TABLE_FAMILY, TABLE_NAME, VERSION_SET, build
+from workers.ruleset.build import TABLE_FAMILY, TABLE_NAME, build
+from workers.ruleset.bundle import Bundle, bundle_of, compile_bundle, file_artefact
 from workers.ruleset.diff import Incremental, diff, diff_rulesets, diff_stored
-from workers.ruleset.render import Compiled, render, version_comment
+from workers.ruleset.render import Compiled, render
 from workers.ruleset.snapshot import (
     IFNAME_RE,
     Device,
@@ -42,16 +44,11 @@ def compile_snapshot(snapshot: Snapshot) -> Compiled:
     return render(build(snapshot))
 
 
-def version_read_command() -> list[str]:
-    """The cheap read-back of the loaded version (never `nft list ruleset`)."""
-    return ["nft", "list", "set", TABLE_FAMILY, TABLE_NAME, VERSION_SET]
-
-
 __all__ = [
     "IFNAME_RE",
     "TABLE_FAMILY",
     "TABLE_NAME",
-    "VERSION_SET",
+    "Bundle",
     "Compiled",
     "Device",
     "Host",
@@ -68,12 +65,13 @@ __all__ = [
     "Snapshot",
     "SnapshotError",
     "build",
+    "bundle_of",
+    "compile_bundle",
     "compile_snapshot",
     "diff",
     "diff_rulesets",
     "diff_stored",
+    "file_artefact",
     "port_range",
     "render",
-    "version_comment",
-    "version_read_command",
 ]

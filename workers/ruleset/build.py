@@ -50,7 +50,6 @@ from workers.ruleset.snapshot import (
 
 TABLE_FAMILY = "inet"
 TABLE_NAME = "portal_fw"  # the firewall helper accepts only tables named portal_*
-VERSION_SET = "version"
 
 HTB_ROOT_MAJOR = 0x1
 MQ_QUEUE_MAJOR_BASE = 0x100  # the HTB under mq queue q gets handle (0x100 + q):
@@ -184,140 +183,166 @@ def _shared_prefixes(snapshot: Snapshot) -> set[int]:
     return shared
 
 
+# The per-member elements of member_sets, indexed into the list of sets below.
+(
+    FWD_TCP, FWD_UDP, FWD_BOTH, FWD_RANGES, SRC_NAT, NOPUB4, SRC6, SRC6_NET, OPEN_ALL,
+    OPEN_PORTS, OPEN_RANGES, SHAPE4, SHAPE6, SHAPE6_NET,
+) = range(14)  # fmt: skip
+_Parts = tuple[tuple[int, tuple[str, ...]], ...]  # (set index, elements) for non-empty sets
+
+# Per host: member id -> (member, classid, shared flags of its /64s, its /64s, parts). A worker
+# compiles again and again while few members change; the snapshot reader hands over the same
+# Member objects for unchanged members, so their elements are reused as they are (identity
+# check, plus the two things outside the member that shape them: its HTB class and whether
+# each of its /64s is shared with another member). Bounded: only the last compile's members.
+_ELEMENT_CACHE: dict[
+    str, dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]]
+] = {}
+_ELEMENT_CACHE_HOSTS = 64
+
+
+def _own_prefixes(m: Member) -> tuple[int, ...]:
+    """The /64s (upper 64 bits) of a member's device addresses, in first-seen order."""
+    return tuple(dict.fromkeys(a._ip >> 64 for d in m.devices for a in d.ipv6))  # type: ignore[attr-defined]
+
+
+def _member_elements(m: Member, classid: str, shared: set[int]) -> _Parts:
+    """One member's elements of every per-member set (see `member_sets`)."""
+    out: list[list[str]] = [[] for _ in range(14)]
+    tcp, udp = Protocol.TCP, Protocol.UDP
+    ntoa, ntop, af6, l4 = _ntoa, _ntop, _AF6, _L4
+    pub = m.public_ipv4
+    pub_s = ntoa(pub._ip.to_bytes(4, "big")) if pub is not None else ""  # type: ignore[attr-defined]
+    dev4: dict[int, str] = {}
+    last = -1  # the member's last own /64 (devices of a member share one, usually)
+    seen: set[int] = set()  # all its own /64s
+    for d in m.devices:
+        a4 = d.ipv4
+        if a4 is not None:
+            s4 = dev4[d.id] = ntoa(a4._ip.to_bytes(4, "big"))  # type: ignore[attr-defined]
+            if pub is not None:
+                out[SRC_NAT].append(f"{s4} : {pub_s}")
+            else:
+                out[NOPUB4].append(s4)
+            if classid:
+                out[SHAPE4].append(f"{s4} : {classid}")
+        for a in d.ipv6:
+            n = a._ip  # type: ignore[attr-defined]
+            p = n >> 64
+            if p == last:
+                continue
+            if p in shared:
+                s6 = ntop(af6, n.to_bytes(16, "big"))
+                out[SRC6].append(s6)
+                if classid:
+                    out[SHAPE6].append(f"{s6} : {classid}")
+            elif p not in seen:
+                seen.add(p)
+                last = p
+                s6 = ntop(af6, (p << 64).to_bytes(16, "big"))
+                out[SRC6_NET].append(s6)
+                if classid:
+                    out[SHAPE6_NET].append(f"{s6} : {classid}")
+    for f in m.forwards:
+        if not f.enabled:
+            continue
+        pp = f.public_ports
+        tp = f.target_ports
+        first = pp.first
+        proto = f.protocol
+        single = out[FWD_TCP] if proto is tcp else out[FWD_UDP] if proto is udp else out[FWD_BOTH]
+        if first == pp.last:
+            single.append(f"{pub_s} . {first} : {dev4[f.device_id]} . {tp.first}")
+        elif first == tp.first:
+            target = dev4[f.device_id]
+            out[FWD_RANGES] += [f"{pub_s} . {p} . {first}-{pp.last} : {target}" for p in l4[proto]]
+        else:  # nft has no offset NAT: a shifted range becomes single ports
+            target = dev4[f.device_id]
+            shift = tp.first - first
+            single.extend(
+                f"{pub_s} . {port} : {target} . {port + shift}"
+                for port in range(first, pp.last + 1)
+            )
+    openings = m.openings
+    if openings:
+        o = openings[0]
+        r = o.ports
+        if len(openings) > 1 or r is None or r.first != r.last:
+            _openings(m, out[OPEN_ALL], out[OPEN_PORTS], out[OPEN_RANGES])
+        else:
+            dev_id = o.device_id  # the common case: one opening of a single port
+            for d in m.devices:
+                if d.id == dev_id:
+                    port = r.first
+                    for p in l4[o.protocol]:
+                        for a in d.ipv6:
+                            out[OPEN_PORTS].append(
+                                f"{ntop(af6, a._ip.to_bytes(16, 'big'))} . {p} . {port}"  # type: ignore[attr-defined]
+                            )
+    return tuple((i, tuple(elements)) for i, elements in enumerate(out) if elements)
+
+
 def member_sets(snapshot: Snapshot) -> list[SetDef]:
     """All per-member elements in one pass over the members (the hot loop of the compiler).
 
     One element per forward and protocol family ("both" is one element of `fwd_both`), one per
     device IPv4 (in `src_nat`, or in `nopub4` for a member without public IPv4), one per
     member /64 for IPv6 anti-spoofing and shaping (per device address only in a /64 that
-    devices of several members share), one per device address and opening.
+    devices of several members share), one per device address and opening. Each member's
+    elements come from `_member_elements`, reused from the host's last compile when the member
+    and what shapes its elements are unchanged; the sets list them in member order.
     """
     host = snapshot.host
-    fwd_tcp: list[str] = []
-    fwd_udp: list[str] = []
-    fwd_both: list[str] = []
-    tcp, udp = Protocol.TCP, Protocol.UDP
-    fwd_ranges: list[str] = []
-    src_nat: list[str] = []
-    nopub4: list[str] = []
-    src6: list[str] = []
-    src6_net: list[str] = []
-    open_all: list[str] = []
-    open_ports: list[str] = []
-    open_ranges: list[str] = []
-    shape4: list[str] = []
-    shape6: list[str] = []
-    shape6_net: list[str] = []
     minors = class_minors(m.id for m in snapshot.members if m.shaping is not None)
     shared = _shared_prefixes(snapshot)
     mq = host.shaping_root is ShapingRoot.MQ
     queues = host.tx_queues
-    l4 = _L4
-    ntoa = _ntoa
-    ntop = _ntop
-    af6 = _AF6
-    src_nat_add, nopub4_add, shape4_add = src_nat.append, nopub4.append, shape4.append
-    src6_add, src6_net_add = src6.append, src6_net.append
-    shape6_add, shape6_net_add = shape6.append, shape6_net.append
-    fwd_tcp_add, fwd_udp_add, fwd_both_add = fwd_tcp.append, fwd_udp.append, fwd_both.append
-    open_ports_add = open_ports.append
+    cache = _ELEMENT_CACHE.get(host.name, {})
+    fresh: dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]] = {}
+    out: list[list[str]] = [[] for _ in range(14)]
+    extend = [lst.extend for lst in out]
     for m in snapshot.members:
         mid = m.id
-        pub = m.public_ipv4
-        pub_s = ntoa(pub._ip.to_bytes(4, "big")) if pub is not None else ""  # type: ignore[attr-defined]
-        shaping = m.shaping
         classid = ""
-        if shaping is not None:
+        if m.shaping is not None:
             major = MQ_QUEUE_MAJOR_BASE + mid % queues if mq else HTB_ROOT_MAJOR
             classid = f"{major:x}:{minors[mid]:x}"
-        dev4: dict[int, str] = {}
-        last = -1  # the member's last own /64 (devices of a member share one, usually)
-        seen: set[int] = set()  # all its own /64s
-        for d in m.devices:
-            a4 = d.ipv4
-            if a4 is not None:
-                s4 = dev4[d.id] = ntoa(a4._ip.to_bytes(4, "big"))  # type: ignore[attr-defined]
-                if pub is not None:
-                    src_nat_add(f"{s4} : {pub_s}")
-                else:
-                    nopub4_add(s4)
-                if classid:
-                    shape4_add(f"{s4} : {classid}")
-            for a in d.ipv6:
-                n = a._ip  # type: ignore[attr-defined]
-                p = n >> 64
-                if p == last:
-                    continue
-                if p in shared:
-                    s6 = ntop(af6, n.to_bytes(16, "big"))
-                    src6_add(s6)
-                    if classid:
-                        shape6_add(f"{s6} : {classid}")
-                elif p not in seen:
-                    seen.add(p)
-                    last = p
-                    s6 = ntop(af6, (p << 64).to_bytes(16, "big"))
-                    src6_net_add(s6)
-                    if classid:
-                        shape6_net_add(f"{s6} : {classid}")
-        for f in m.forwards:
-            if not f.enabled:
-                continue
-            pp = f.public_ports
-            tp = f.target_ports
-            first = pp.first
-            proto = f.protocol
-            if first == pp.last:
-                element = f"{pub_s} . {first} : {dev4[f.device_id]} . {tp.first}"
-                if proto is tcp:
-                    fwd_tcp_add(element)
-                elif proto is udp:
-                    fwd_udp_add(element)
-                else:
-                    fwd_both_add(element)
-            elif first == tp.first:
-                target = dev4[f.device_id]
-                fwd_ranges += [f"{pub_s} . {p} . {first}-{pp.last} : {target}" for p in l4[proto]]
-            else:  # nft has no offset NAT: a shifted range becomes single ports
-                target = dev4[f.device_id]
-                shift = tp.first - first
-                (fwd_tcp if proto is tcp else fwd_udp if proto is udp else fwd_both).extend(
-                    f"{pub_s} . {port} : {target} . {port + shift}"
-                    for port in range(first, pp.last + 1)
-                )
-        openings = m.openings
-        if not openings:
-            continue
-        o = openings[0]
-        r = o.ports
-        if len(openings) > 1 or r is None or r.first != r.last:
-            _openings(m, open_all, open_ports, open_ranges)
-            continue
-        dev_id = o.device_id  # the common case: one opening of a single port
-        for d in m.devices:
-            if d.id == dev_id:
-                port = r.first
-                for p in l4[o.protocol]:
-                    for a in d.ipv6:
-                        open_ports_add(f"{ntop(af6, a._ip.to_bytes(16, 'big'))} . {p} . {port}")  # type: ignore[attr-defined]
+        hit = cache.get(mid)
+        if (
+            hit is not None
+            and hit[0] is m
+            and hit[1] == classid
+            and (hit[2] == tuple(p in shared for p in hit[3]) if shared else not any(hit[2]))
+        ):
+            entry = hit
+        else:
+            prefixes = _own_prefixes(m)
+            flags = tuple(p in shared for p in prefixes)
+            entry = (m, classid, flags, prefixes, _member_elements(m, classid, shared))
+        fresh[mid] = entry
+        for index, elements in entry[4]:
+            extend[index](elements)
+    if len(_ELEMENT_CACHE) >= _ELEMENT_CACHE_HOSTS and host.name not in _ELEMENT_CACHE:
+        _ELEMENT_CACHE.pop(next(iter(_ELEMENT_CACHE)))
+    _ELEMENT_CACHE[host.name] = fresh
     v4_port = "ipv4_addr . inet_service"
     v4_proto_port = "ipv4_addr . inet_proto . inet_service"
     v6_port = "ipv6_addr . inet_proto . inet_service"
     return [
-        _hash_set("fwd_both", v4_port, v4_port, fwd_both),
-        SetDef("fwd_ranges", v4_proto_port, "ipv4_addr", ("interval",), tuple(fwd_ranges)),
-        _hash_set("fwd_tcp", v4_port, v4_port, fwd_tcp),
-        _hash_set("fwd_udp", v4_port, v4_port, fwd_udp),
-        _hash_set("nopub4", "ipv4_addr", None, nopub4),
-        _hash_set("open6_all", "ipv6_addr", None, open_all),
-        _hash_set("open6_ports", v6_port, None, open_ports),
-        SetDef("open6_ranges", v6_port, None, ("interval",), tuple(open_ranges)),
-        _hash_set("shape4", "ipv4_addr", "classid", shape4),
-        _hash_set("shape6", "ipv6_addr", "classid", shape6),
-        _hash_set("shape6_net", "ipv6_addr", "classid", shape6_net),
-        _hash_set("src6", "ipv6_addr", None, src6),
-        _hash_set("src6_net", "ipv6_addr", None, src6_net),
-        _hash_set("src_nat", "ipv4_addr", "ipv4_addr", src_nat),
+        _hash_set("fwd_both", v4_port, v4_port, out[FWD_BOTH]),
+        SetDef("fwd_ranges", v4_proto_port, "ipv4_addr", ("interval",), tuple(out[FWD_RANGES])),
+        _hash_set("fwd_tcp", v4_port, v4_port, out[FWD_TCP]),
+        _hash_set("fwd_udp", v4_port, v4_port, out[FWD_UDP]),
+        _hash_set("nopub4", "ipv4_addr", None, out[NOPUB4]),
+        _hash_set("open6_all", "ipv6_addr", None, out[OPEN_ALL]),
+        _hash_set("open6_ports", v6_port, None, out[OPEN_PORTS]),
+        SetDef("open6_ranges", v6_port, None, ("interval",), tuple(out[OPEN_RANGES])),
+        _hash_set("shape4", "ipv4_addr", "classid", out[SHAPE4]),
+        _hash_set("shape6", "ipv6_addr", "classid", out[SHAPE6]),
+        _hash_set("shape6_net", "ipv6_addr", "classid", out[SHAPE6_NET]),
+        _hash_set("src6", "ipv6_addr", None, out[SRC6]),
+        _hash_set("src6_net", "ipv6_addr", None, out[SRC6_NET]),
+        _hash_set("src_nat", "ipv4_addr", "ipv4_addr", out[SRC_NAT]),
     ]
 
 
@@ -499,8 +524,7 @@ def shapers(snapshot: Snapshot) -> tuple[Shaper, ...]:
 
 def build(snapshot: Snapshot) -> Ruleset:
     """Compile a snapshot into the IR of one host."""
-    sets = [SetDef(VERSION_SET, "mark")]
-    sets += policy_sets(snapshot.policy)
+    sets = policy_sets(snapshot.policy)
     sets += member_sets(snapshot)
     sets.sort(key=lambda s: s.name)
     table = Table(TABLE_FAMILY, TABLE_NAME, tuple(sets), chains(snapshot.host, snapshot.policy))

@@ -4,9 +4,9 @@ When the structure (tables, chains, set definitions, shaper roots) is unchanged,
 is a list of element deletions and additions plus HTB class changes; otherwise `diff` returns
 None and the caller applies the full replacement. Deletions come before additions, so a key whose
 value changed (a forward to another device, a member moved to another class) is deleted and
-re-added in the same transaction. The version marker is replaced in the same transaction too,
-so a host that applied the increment reads the same marker as one that loaded the full text,
-and both hold the same kernel state.
+re-added in the same transaction. The rule set holds no version marker (see `render`), so an
+increment touches only what changed; a host that applied it holds the same kernel state as one
+that loaded the full text, and its helper records `new_hash` as the version it runs.
 
 Apply order on the host: the tc batch, then the nft transaction (a class must exist before the
 priority map points at it; until then packets fall into the default class, which is harmless).
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.ruleset.build import VERSION_SET, build
+from workers.ruleset.build import build
 from workers.ruleset.ir import ELEMENT_SEP, Ruleset
-from workers.ruleset.render import VERSION_ELEMENT, Compiled, class_line, render, version_element
+from workers.ruleset.render import Compiled, class_line, render
 from workers.ruleset.snapshot import Snapshot
 
 
@@ -41,7 +41,7 @@ class Incremental:
 
     @property
     def empty(self) -> bool:
-        """True when nothing but the version marker changes."""
+        """True when no element and no class changes (only the version moves)."""
         return not (self.added or self.deleted or self.classes_changed)
 
 
@@ -59,7 +59,7 @@ def diff_rulesets(old: Ruleset, new: Ruleset, old_hash: str, new_hash: str) -> I
     for ot, nt in zip(old.tables, new.tables, strict=True):
         prefix = f"{nt.family} {nt.name}"
         for os_, ns in zip(ot.sets, nt.sets, strict=True):
-            if ns.name == VERSION_SET or os_.elements == ns.elements:
+            if os_.elements == ns.elements:
                 continue
             before = set(os_.elements)
             after = set(ns.elements)
@@ -72,8 +72,6 @@ def diff_rulesets(old: Ruleset, new: Ruleset, old_hash: str, new_hash: str) -> I
                 adds.append(f"add element {prefix} {ns.name} {{ {', '.join(came)} }}\n")
             n_add += len(came)
             n_del += len(gone)
-        deletes.append(f"delete element {prefix} {VERSION_SET} {{ {VERSION_ELEMENT} }}\n")
-        adds.append(f"add element {prefix} {VERSION_SET} {{ {version_element(new_hash)} }}\n")
     tc: list[str] = []
     classes_changed = 0
     for osh, nsh in zip(old.shapers, new.shapers, strict=True):

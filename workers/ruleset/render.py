@@ -4,10 +4,10 @@ The nft text replaces the portal's own tables atomically: for each table it decl
 table (so the delete cannot fail on a fresh host), deletes it, and defines it in full, all in one
 file, hence one transaction (`flush table` would not empty sets). No other table is named.
 
-The version marker is the single element of the set `version` (type mark), whose comment
-carries ``sha256:<content hash>``; `nft list set inet portal_fw version` reads it back cheaply.
-The hash covers the nft text (with the marker blanked) and the tc batch, so equal input gives a
-byte-identical text and an equal hash.
+The rule set carries no version marker: the content hash (sha256 over the nft text, a NUL and
+the tc batch) names a compile, and the host's helper keeps the version it applied in its own
+state (an element in the table cost every increment a delete and an add, most of its time).
+Equal input gives a byte-identical text and an equal hash.
 
 Shaping layouts (`Host.shaping_root`), both classified by `meta priority set ... map` in the
 nft `shape` chain, so there is no tc filter and no fixed-size classifier hash at all: HTB picks
@@ -34,14 +34,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from dataclasses import dataclass, field
 
-from workers.ruleset.ir import HtbClass, Ruleset, SetDef, Shaper, Table
+from workers.ruleset.ir import HtbClass, Ruleset, SetDef, Shaper
 from workers.ruleset.snapshot import ShapingRoot
 
-VERSION_ELEMENT = "0x00000001"
-_HASH_PLACEHOLDER = "sha256:" + "0" * 64
 PFIFO_LIMIT = 1000
 
 
@@ -56,27 +53,12 @@ class Compiled:
     ruleset: Ruleset = field(repr=False, compare=False)
 
     @property
-    def version_comment(self) -> str:
-        """What the version set's element comment reads on a host that loaded this."""
-        return version_comment(self.content_hash)
-
-    @property
     def size(self) -> int:
         """Size of the nft text in bytes (ASCII)."""
         return len(self.nft)
 
 
-def version_comment(content_hash: str) -> str:
-    """The marker text for a content hash."""
-    return f"sha256:{content_hash}"
-
-
-def version_element(content_hash: str) -> str:
-    """The version set's element, as rendered and as added by an incremental transaction."""
-    return f'{VERSION_ELEMENT} comment "{version_comment(content_hash)}"'
-
-
-def _set_text(table: Table, s: SetDef, out: list[str]) -> None:
+def _set_text(s: SetDef, out: list[str]) -> None:
     out.append(f"\t{s.kind} {s.name} {{\n")
     vt = f" : {s.value_type}" if s.value_type else ""
     out.append(f"\t\ttype {s.key_type}{vt}\n")
@@ -85,8 +67,6 @@ def _set_text(table: Table, s: SetDef, out: list[str]) -> None:
     if s.size is not None:
         out.append(f"\t\tsize {s.size}\n")
     elements = s.elements
-    if s.name == "version" and table.name == "portal_fw":
-        elements = (f'{VERSION_ELEMENT} comment "{_HASH_PLACEHOLDER}"',)
     if len(elements) == 1:
         out.append(f"\t\telements = {{ {elements[0]} }}\n")
     elif elements:
@@ -97,13 +77,13 @@ def _set_text(table: Table, s: SetDef, out: list[str]) -> None:
 
 
 def render_nft(ruleset: Ruleset) -> str:
-    """The nft transaction with a blank version marker (see `render`)."""
+    """The nft transaction that replaces the portal's tables (see the module docstring)."""
     out = [f"# portal rule set for host {ruleset.host}; generated, do not edit\n"]
     for t in ruleset.tables:
         out.append(f"table {t.family} {t.name} {{}}\ndelete table {t.family} {t.name}\n")
         out.append(f"table {t.family} {t.name} {{\n")
         for s in t.sets:
-            _set_text(t, s, out)
+            _set_text(s, out)
         for c in t.chains:
             out.append(f"\tchain {c.name} {{\n")
             if c.hook:
@@ -183,7 +163,7 @@ def counts(ruleset: Ruleset) -> dict[str, int]:
     result: dict[str, int] = {}
     for t in ruleset.tables:
         for s in t.sets:
-            result[f"{t.name}.{s.name}"] = 1 if s.name == "version" else len(s.elements)
+            result[f"{t.name}.{s.name}"] = len(s.elements)
         result[f"{t.name}.rules"] = sum(len(c.rules) for c in t.chains)
     result["htb.classes"] = sum(len(s.classes) for s in ruleset.shapers)
     return result
@@ -191,21 +171,11 @@ def counts(ruleset: Ruleset) -> dict[str, int]:
 
 def render(ruleset: Ruleset) -> Compiled:
     """Render the IR: byte-identical for equal input, hash over nft text and tc batch."""
-    blank = render_nft(ruleset)
+    nft = render_nft(ruleset)
     tc = render_tc(ruleset)
     digest = hashlib.sha256()
-    digest.update(blank.encode())
+    digest.update(nft.encode())
     digest.update(b"\0")
     digest.update(tc.encode())
     content_hash = digest.hexdigest()
-    nft = blank.replace(_HASH_PLACEHOLDER, version_comment(content_hash), 1)
     return Compiled(nft, tc, content_hash, counts(ruleset), ruleset)
-
-
-_VERSION_RE = re.compile(r'comment "sha256:([0-9a-f]{64})"')
-
-
-def parse_version(listing: str) -> str | None:
-    """The content hash in the output of `nft list set inet portal_fw version` (or None)."""
-    match = _VERSION_RE.search(listing)
-    return match.group(1) if match else None

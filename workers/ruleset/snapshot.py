@@ -659,55 +659,65 @@ def _inside(value: int, spans: tuple[tuple[int, ...], tuple[int, ...]]) -> bool:
 
 
 def _check_global(host: Host, members: tuple[Member, ...]) -> None:
-    """Uniqueness across members; addresses inside the host's networks when those are given."""
+    """Uniqueness across members; addresses inside the host's networks when those are given.
+
+    Keyed by the addresses' integers (`_ip`): an ipaddress object hashes through Python code
+    (hash(hex(int))), which made this check most of a steady-state compile at 100,000 members.
+    """
     member_ids: set[int] = set()
     device_owner: dict[int, int] = {}
-    public_owner: dict[IPv4Address, int] = {}
-    v4_owner: dict[IPv4Address, int] = {}
-    v6_owner: dict[IPv6Address, int] = {}
+    public_owner: dict[int, int] = {}
+    v4_owner: dict[int, int] = {}
+    v6_owner: dict[int, int] = {}
     private = _spans(host.private_networks) if host.private_networks else None
     public = _spans(host.public_networks) if host.public_networks else None
+    inside = _inside
     for m in members:
         if not isinstance(m, Member):
             raise SnapshotError(f"snapshot: {m!r} is not a Member")
-        if m.id in member_ids:
-            raise SnapshotError(f"member #{m.id} appears twice")
-        member_ids.add(m.id)
+        mid = m.id
+        if mid in member_ids:
+            raise SnapshotError(f"member #{mid} appears twice")
+        member_ids.add(mid)
         pub = m.public_ipv4
         if pub is not None:
-            other = public_owner.setdefault(pub, m.id)
-            if other != m.id:
-                raise SnapshotError(f"member #{m.id}: public_ipv4 {pub} is also member #{other}'s")
-            if public and not _inside(pub._ip, public):  # type: ignore[attr-defined]
+            key = pub._ip  # type: ignore[attr-defined]
+            other = public_owner.setdefault(key, mid)
+            if other != mid:
+                raise SnapshotError(f"member #{mid}: public_ipv4 {pub} is also member #{other}'s")
+            if public and not inside(key, public):
                 raise SnapshotError(
-                    f"member #{m.id}: public_ipv4 {pub} is outside the host's public networks"
+                    f"member #{mid}: public_ipv4 {pub} is outside the host's public networks"
                 )
         for d in m.devices:
-            owner = device_owner.setdefault(d.id, m.id)
-            if owner != m.id:
-                raise SnapshotError(f"device #{d.id} belongs to member #{owner} and member #{m.id}")
+            did = d.id
+            owner = device_owner.setdefault(did, mid)
+            if owner != mid:
+                raise SnapshotError(f"device #{did} belongs to member #{owner} and member #{mid}")
             a4 = d.ipv4
             if a4 is not None:
-                other = v4_owner.setdefault(a4, d.id)
-                if other != d.id:
+                key = a4._ip  # type: ignore[attr-defined]
+                other = v4_owner.setdefault(key, did)
+                if other != did:
                     raise SnapshotError(
-                        f"device #{d.id} of member #{m.id}: ipv4 {a4} is also device #{other}'s"
+                        f"device #{did} of member #{mid}: ipv4 {a4} is also device #{other}'s"
                     )
-                if private and not _inside(a4._ip, private):  # type: ignore[attr-defined]
+                if private and not inside(key, private):
                     raise SnapshotError(
-                        f"device #{d.id} of member #{m.id}: ipv4 {a4} is outside the host's private networks"
+                        f"device #{did} of member #{mid}: ipv4 {a4} is outside the host's private networks"
                     )
             for a6 in d.ipv6:
-                other = v6_owner.setdefault(a6, d.id)
-                if other != d.id:
+                other = v6_owner.setdefault(a6._ip, did)  # type: ignore[attr-defined]
+                if other != did:
                     raise SnapshotError(
-                        f"device #{d.id} of member #{m.id}: ipv6 {a6} is also device #{other}'s"
+                        f"device #{did} of member #{mid}: ipv6 {a6} is also device #{other}'s"
                     )
     clash = public_owner.keys() & v4_owner.keys()
     if clash:
-        addr = min(clash)
+        key = min(clash)
         raise SnapshotError(
-            f"device #{v4_owner[addr]}: ipv4 {addr} is also the public_ipv4 of member #{public_owner[addr]}"
+            f"device #{v4_owner[key]}: ipv4 {IPv4Address(key)} is also the public_ipv4 of member "
+            f"#{public_owner[key]}"
         )
 
 
@@ -819,23 +829,25 @@ def _member_in(row: Any) -> Member:
     )
 
 
+# member id -> (member, its JSON row) of the last `snapshot_to_json`: a worker stores a snapshot
+# per version while few members change, and the snapshot reader hands over the same Member
+# objects for unchanged members, so their rows are reused (identity check). Bounded: only the
+# members of the last call.
+_MEMBER_JSON: dict[int, tuple[Member, str]] = {}
+
+
 def snapshot_to_json(snapshot: Snapshot) -> str:
     """Compact, deterministic JSON: equal snapshots give identical text (ASCII, no spaces).
 
     Members are rows of positional fields with trailing defaults dropped. Descriptions are not
-    stored (they never reach the rule set and do not take part in equality).
+    stored (they never reach the rule set and do not take part in equality). The text is what
+    ``json.dumps(doc, separators=(",", ":"), sort_keys=True)`` gives for the whole document; the
+    member rows are dumped one by one so that unchanged members' rows can be reused.
     """
+    global _MEMBER_JSON
     p, h = snapshot.policy, snapshot.host
-    doc = {
+    head = {
         "format": SNAPSHOT_FORMAT,
-        "policy": {
-            "management_networks": [str(n) for n in p.management_networks],
-            "blocked_outbound": [
-                [r.protocol.value, _ports_out(r.ports)] for r in p.blocked_outbound
-            ],
-            "blocked_inbound": [[r.protocol.value, _ports_out(r.ports)] for r in p.blocked_inbound],
-            "inbound_icmpv6_echo": p.inbound_icmpv6_echo,
-        },
         "host": {
             "name": h.name,
             "uplink_interfaces": list(h.uplink_interfaces),
@@ -846,9 +858,27 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
             "private_networks": [str(n) for n in h.private_networks],
             "public_networks": [str(n) for n in h.public_networks],
         },
-        "members": [_member_out(m) for m in snapshot.members],
     }
-    return json.dumps(doc, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
+    tail = {
+        "policy": {
+            "management_networks": [str(n) for n in p.management_networks],
+            "blocked_outbound": [
+                [r.protocol.value, _ports_out(r.ports)] for r in p.blocked_outbound
+            ],
+            "blocked_inbound": [[r.protocol.value, _ports_out(r.ports)] for r in p.blocked_inbound],
+            "inbound_icmpv6_echo": p.inbound_icmpv6_echo,
+        },
+    }
+    dump = functools.partial(json.dumps, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
+    cache, fresh, rows = _MEMBER_JSON, {}, []
+    for m in snapshot.members:
+        hit = cache.get(m.id)
+        if hit is None or hit[0] is not m:
+            hit = (m, dump(_member_out(m)))
+        fresh[m.id] = hit
+        rows.append(hit[1])
+    _MEMBER_JSON = fresh
+    return f'{dump(head)[:-1]},"members":[{",".join(rows)}],{dump(tail)[1:]}'
 
 
 def snapshot_from_json(text: str | bytes) -> Snapshot:

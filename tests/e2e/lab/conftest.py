@@ -92,14 +92,10 @@ def hosts(lab):
 
 
 @pytest.fixture
-def sync_on(settings):
+def sync_on(settings, firewall_redis_clean):
     """Network changes start real firewall runs (debounced briefly)."""
-    from apps.firewall.pipeline import LOCK_KEY, SCHEDULED_KEY
-    from portal.redis import redis_client
-
     settings.PORTAL_FIREWALL_SYNC = True
     settings.PORTAL_FIREWALL_DEBOUNCE = 0.2
-    redis_client().delete(LOCK_KEY, SCHEDULED_KEY, "portal:firewall:causes")
 
 
 @pytest.fixture
@@ -111,6 +107,8 @@ def worker(hosts, sync_on, tmp_path):
         "worker",
         "--pool",
         "solo",
+        "-Q",
+        "celery,firewall",
         "--purge",
         "--without-mingle",
         "--without-gossip",

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from apps.firewall.models import FirewallHost, RuleSetVersion
-from apps.firewall.services import ruleset_version_store
+from apps.firewall.rollout import ruleset_version_store
 from workers.ruleset import compile_snapshot
 from workers.ruleset import snapshot as s
 
 
-def compiled_for(host: str, port: int):
+def compiled_for(host: str, port: int, *, shaped: bool = False):
     member = s.Member(
         id=1,
         public_ipv4="198.51.100.23",
         devices=(s.Device(id=10, ipv4="10.100.1.23", ipv6=("2001:db8:100:1::23",)),),
         forwards=(s.PortForward(1, "tcp", port, 10, 80),),
+        shaping=s.Shaping(4000, 1000) if shaped else None,
     )
     snapshot = s.Snapshot(
         policy=s.Policy(management_networks=("10.255.255.0/28",)),
@@ -29,8 +30,10 @@ def compiled_for(host: str, port: int):
     return compile_snapshot(snapshot)
 
 
-def version(host: FirewallHost, *, port: int = 8080, nft_text: str | None = None) -> RuleSetVersion:
-    compiled = compiled_for(host.name, port)
+def version(
+    host: FirewallHost, *, port: int = 8080, nft_text: str | None = None, shaped: bool = False
+) -> RuleSetVersion:
+    compiled = compiled_for(host.name, port, shaped=shaped)
     return ruleset_version_store(
         host=host,
         nft_text=nft_text if nft_text is not None else compiled.nft,

@@ -12,7 +12,8 @@ import pytest
 from lab_support import in_ns, lab_sh
 from rest_framework.test import APIClient
 
-from apps.firewall.pipeline import firewall_lock
+from apps.firewall.models import FirewallHost
+from apps.firewall.pipeline import site_lock
 from tests.celery_proc import wait_until
 from tests.factories import device_add, member_active
 
@@ -112,7 +113,8 @@ def test_edits_during_a_rollout_arrive_with_a_follow_up_run(resident_device):
     public = member.public_ipv4.address
     client = APIClient()
     client.force_authenticate(member.user)
-    with firewall_lock(ttl=30):  # a rollout is running
+    site = FirewallHost.objects.get(name="pl-nat1").site_id
+    with site_lock(site, wait=15):  # a rollout of the lab's site is running (after any under way)
         create_forward(client, device, "9080", "80")
         time.sleep(1.5)  # the worker tries, finds the lock held, and retries
         assert from_inet(public, 9080).startswith("refused")

@@ -7,12 +7,18 @@ from lab_support import MGMT, in_ns, lab_sh
 from push_support import version
 
 from apps.firewall.models import FirewallHost
-from apps.firewall.services import ruleset_rollout
+from apps.firewall.rollout import ruleset_rollout
 from apps.health.models import HostHealthSample
 from apps.health.services import host_health_collect, host_warnings
 from workers.health import firewall_health_collect
 
 pytestmark = [pytest.mark.lab, pytest.mark.django_db]
+
+
+@pytest.fixture(autouse=True)
+def digest_every_collection(settings):
+    """Every collection reads the digest back (not only one every 25 s)."""
+    settings.PORTAL_HEALTH_DIGEST_INTERVAL = 0
 
 
 @pytest.fixture

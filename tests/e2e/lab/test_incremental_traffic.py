@@ -54,7 +54,7 @@ def test_forwards_added_incrementally_answer(hosts):
         for port in (9001, 9002, 9003):
             forward_add(member, device, ports=str(port), target="80")
             call_command("firewall_push", now=True)
-            assert fw("pl-nat1", "version").data["state"]["mode"] == "incremental"
+            assert fw("pl-nat1", "version").data["state"]["modes"]["nft"] == "increment"
             got = {p: answers(public, p) for p in range(9000, port + 1)}
             assert set(got.values()) == {"ok"}, (
                 got,

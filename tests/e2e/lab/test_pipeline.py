@@ -12,7 +12,6 @@ import pytest
 from lab_support import WORKER_ENV, in_ns, lab_sh
 
 from apps.firewall.models import FirewallHost, RuleSetVersion
-from apps.firewall.pipeline import LOCK_KEY
 from portal.redis import redis_client
 from tests.celery_proc import celery_start, celery_stop, wait_until
 from tests.factories import device_add, member_active
@@ -86,6 +85,8 @@ def test_a_worker_killed_mid_rollout_converges(hosts, sync_on, tmp_path):
         "prefork",
         "--concurrency",
         "1",
+        "-Q",
+        "celery,firewall",
         "--purge",
         "--without-mingle",
         "-l",
@@ -100,7 +101,9 @@ def test_a_worker_killed_mid_rollout_converges(hosts, sync_on, tmp_path):
         assert wait_until(lambda: "ready" in log.read_text(), 30), log.read_text()
         device = device_add(member_active(), "tablet")
         # Kill the pool process while it holds the lock (compiling or pushing).
-        assert wait_until(lambda: redis_client().get(LOCK_KEY), 15, 0.01)
+        assert wait_until(
+            lambda: list(redis_client().scan_iter("portal:firewall:site:*:lock")), 15, 0.01
+        )
         children = subprocess.run(
             ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, check=False
         ).stdout.split()

@@ -10,7 +10,7 @@ from push_support import version
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry
-from apps.firewall.services import ruleset_rollout
+from apps.firewall.rollout import ruleset_rollout
 from apps.firewall.transport import FirewallSession, FirewallUnreachable
 
 pytestmark = [pytest.mark.lab, pytest.mark.django_db]
@@ -33,20 +33,16 @@ def test_rollout_applies_and_confirms_on_every_host(hosts):
         steps = list(
             PushLogEntry.objects.filter(host=host).order_by("id").values_list("step", "ok")
         )
+        # One round trip checks, applies (nft and tc together) and reads back; one confirms.
         assert steps == [
-            ("connect", True),
-            ("check", True),
-            ("apply", True),
-            ("shaping", True),
-            ("health", True),
-            ("confirm", True),
-        ] or steps == [
             ("connect", True),
             ("check", True),
             ("apply", True),
             ("health", True),
             ("confirm", True),
         ]
+        assert host.confirmed_digest["total"]  # what the host read back right after the apply
+        assert any(part.startswith("nft:") for part in host.confirmed_digest["parts"])
     # The same content again is not pushed again.
     again = ruleset_rollout(versions=[version(h) for h in hosts])
     assert all(o.skipped for o in again)
@@ -77,7 +73,7 @@ def test_a_refused_rule_set_reaches_no_host(hosts):
     assert second.push_status == PushStatus.PENDING
     assert not PushLogEntry.objects.filter(host=second, version__in=bad).exists()
     assert helper_events("pl-nat2") == second_events  # connected to early, but no verb ran
-    assert helper_events("pl-nat1")[-1] == "apply-refused-by-check"
+    assert helper_events("pl-nat1")[-1] == "bundle-refused-by-check"
     for host, v in zip(hosts, good, strict=True):
         assert loaded(host.name) == v.content_hash  # still the last good version
 
@@ -108,7 +104,7 @@ def test_failing_health_rolls_the_host_back_and_stops(hosts, settings):
     outcomes = ruleset_rollout(versions=newer)
     assert len(outcomes) == 1
     assert outcomes[0].step == "health"
-    assert "rolled back" in outcomes[0].message
+    assert "the host restored its previous bundle" in outcomes[0].message
     assert loaded("pl-nat1") == good[0].content_hash
     assert loaded("pl-nat2") == good[1].content_hash
     assert FirewallHost.objects.get(name="pl-nat2").push_status == PushStatus.PENDING
@@ -139,7 +135,10 @@ def test_a_portal_that_disappears_before_the_confirm_is_reverted(hosts, settings
     assert wait_for(lambda: loaded("pl-nat1") == good[0].content_hash, timeout=8)
 
 
-def test_staff_rollback_puts_an_older_version_back(hosts):
+def test_staff_rollback_puts_an_older_version_back_and_holds_it(
+    hosts, django_capture_on_commit_callbacks
+):
+    from apps.firewall.services import host_pin, host_unpin
     from workers.firewall import host_rollback as host_rollback_task
 
     first = [version(h) for h in hosts]
@@ -147,7 +146,23 @@ def test_staff_rollback_puts_an_older_version_back(hosts):
     second = [version(h, port=9090) for h in FirewallHost.objects.order_by("rollout_order")]
     ruleset_rollout(versions=second)
     assert loaded("pl-nat1") == second[0].content_hash
+    with django_capture_on_commit_callbacks(execute=False):
+        host_pin(host=hosts[0], version=first[0], actor=None)
     host_rollback_task(hosts[0].pk, first[0].pk)  # what the worker runs
     assert loaded("pl-nat1") == first[0].content_hash
     assert FirewallHost.objects.get(name="pl-nat1").applied_version_id == first[0].pk
     assert loaded("pl-nat2") == second[1].content_hash  # only that host
+    # Held: the next automatic rollout skips the pinned host and says so.
+    third = [version(h, port=9191) for h in FirewallHost.objects.order_by("rollout_order")]
+    outcomes = ruleset_rollout(versions=third)
+    assert outcomes[0].skipped
+    assert f"pinned to #{first[0].pk}" in outcomes[0].message
+    assert loaded("pl-nat1") == first[0].content_hash
+    assert loaded("pl-nat2") == third[1].content_hash
+    # Unpinned: the newest version reaches it again.
+    with django_capture_on_commit_callbacks(execute=False):
+        host_unpin(host=FirewallHost.objects.get(name="pl-nat1"), actor=None)
+    outcomes = ruleset_rollout(
+        versions=[version(h, port=9191) for h in FirewallHost.objects.order_by("rollout_order")]
+    )
+    assert loaded("pl-nat1") == third[0].content_hash

@@ -135,3 +135,50 @@ def wipe():
     for model in (Device, PublicAddress, PublicPool, Member, Room, Subnet, Building):
         model.objects.all().delete()
     User.objects.all().delete()
+
+
+def test_layout_for_100k_members_fits_its_ranges():
+    """Above 62,500 members: 500 rooms per building, each room's /64 inside its building's /48."""
+    import ipaddress
+
+    from apps.core.management.commands.seed_demo import Layout
+
+    layout = Layout.for_count(100_000)
+    buildings = -(-100_000 // layout.rooms_per_building)
+    assert layout.rooms_per_building == 500
+    assert buildings <= 250
+    pool = ipaddress.IPv4Network(layout.pool)
+    assert pool.num_addresses - 2 >= 100_000
+    prefixes = set()
+    for b in (1, buildings):
+        building = ipaddress.IPv6Network(layout.ipv6_prefix(b))
+        assert ipaddress.IPv4Network(layout.ipv4_subnet(b)).subnet_of(
+            ipaddress.IPv4Network("10.0.0.0/8")
+        )
+        for index in (1, layout.rooms_per_building):
+            room = ipaddress.IPv6Network(layout.room_prefix(b, index))
+            assert room.prefixlen == 64
+            assert room.subnet_of(building)
+            prefixes.add(room)
+    assert len(prefixes) == 4
+    with pytest.raises(CommandError, match="125,000"):
+        Layout.for_count(125_001)
+
+
+def test_a_different_room_layout_is_refused(debug_on, monkeypatch):
+    """Growing across a layout boundary would misplace members: refused, not mixed."""
+    from apps.core.management.commands import seed_demo
+
+    call_command("seed_demo", members=3, seed=7)
+    small = seed_demo.Layout.for_count(3)
+    monkeypatch.setattr(
+        seed_demo.Layout,
+        "for_count",
+        classmethod(
+            lambda cls, n: cls(
+                rooms_per_building=small.rooms_per_building + 1, pool=small.pool, large=False
+            )
+        ),
+    )
+    with pytest.raises(CommandError, match="rooms"):
+        call_command("seed_demo", members=4, seed=7)

@@ -7,7 +7,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from apps.firewall.models import FirewallHost
-from apps.firewall.services import ruleset_compile
+from apps.firewall.rollout import ruleset_compile
 from tests.factories import device_add, member_on_test
 
 pytestmark = pytest.mark.django_db

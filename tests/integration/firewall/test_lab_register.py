@@ -39,41 +39,48 @@ def test_missing_or_broken_file_is_a_clear_error(tmp_path):
     assert not FirewallHost.objects.exists()
 
 
-def test_firewall_push_queues_a_run_or_reports_failures_now(settings):
-    from apps.firewall.pipeline import CAUSES_KEY, SCHEDULED_KEY, firewall_causes_take
-    from portal.redis import redis_client
+def test_firewall_push_queues_a_run_or_reports_failures_now(settings, firewall_redis_clean):
+    from apps.firewall.pipeline import firewall_causes_take
 
-    redis_client().delete(SCHEDULED_KEY, CAUSES_KEY)
     settings.PORTAL_FIREWALL_DEBOUNCE = 30
-    call_command("firewall_push", cause="test push")
-    assert firewall_causes_take() == ["test push"]
-    # --now against a host nobody answers for: a clear failure, not a traceback.
     settings.PORTAL_FIREWALL_SSH_KEY = "/nonexistent/key"
-    FirewallHost.objects.create(name="ghost", address="127.0.0.1", port=1)
+    ghost = FirewallHost.objects.create(name="ghost", address="127.0.0.1", port=1)
+    call_command("firewall_push", cause="test push")
+    assert firewall_causes_take(ghost.site_id) == (["test push"], [])
+    # --now against a host nobody answers for: a clear failure, not a traceback.
     with pytest.raises(CommandError, match="not every firewall runs the new rule set"):
         call_command("firewall_push", now=True)
     assert FirewallHost.objects.get(name="ghost").push_status == "unreachable"
 
 
-def test_health_beat_asks_for_a_run_while_a_host_is_behind(settings):
-    from apps.firewall.pipeline import CAUSES_KEY, SCHEDULED_KEY, firewall_causes_take
-    from portal.redis import redis_client
+def test_health_beat_asks_for_a_run_while_a_host_is_behind(settings, firewall_redis_clean):
+    from apps.firewall.pipeline import firewall_causes_take
     from workers.health import firewall_health_collect
 
-    redis_client().delete(SCHEDULED_KEY, CAUSES_KEY)
     settings.PORTAL_FIREWALL_SSH_KEY = "/nonexistent/key"
-    FirewallHost.objects.create(name="new-host", address="127.0.0.1", port=1)
+    host = FirewallHost.objects.create(name="new-host", address="127.0.0.1", port=1)
     firewall_health_collect()
-    assert "convergence (health check)" in firewall_causes_take()
+    assert "convergence (health check)" in firewall_causes_take(host.site_id)[0]
 
 
-def test_health_beat_runs_changes_whose_run_was_lost(settings):
-    from apps.firewall.pipeline import CAUSES_KEY, SCHEDULED_KEY, firewall_causes_take
+def test_health_beat_runs_changes_whose_run_was_lost(settings, firewall_redis_clean):
+    from apps.firewall.pipeline import causes_key, firewall_causes_take
+    from apps.firewall.rollout import ruleset_version_store
     from portal.redis import redis_client
     from workers.health import firewall_health_collect
 
-    client = redis_client()
-    client.delete(SCHEDULED_KEY, CAUSES_KEY)
-    client.rpush(CAUSES_KEY, "device.add 1 (by resident)")  # recorded, but nothing scheduled
-    firewall_health_collect()  # no hosts: nothing is behind, yet the change must not wait
-    assert "pending changes (health check)" in firewall_causes_take()
+    settings.PORTAL_FIREWALL_SSH_KEY = "/nonexistent/key"
+    host = FirewallHost.objects.create(name="current", address="127.0.0.1", port=1)
+    version = ruleset_version_store(
+        host=host,
+        nft_text="",
+        tc_text="",
+        content_hash="a" * 64,
+        counts={},
+        compile_seconds=0,
+        cause="test",
+    )
+    host.mark_applied(version)  # up to date: nothing is behind, yet the change must not wait
+    redis_client().rpush(causes_key(host.site_id), "device.add 1 (by resident)")  # not scheduled
+    firewall_health_collect()
+    assert "pending changes (health check)" in firewall_causes_take(host.site_id)[0]

@@ -5,9 +5,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from apps.firewall.live import live_states
 from apps.firewall.models import FirewallHost, PushLogEntry
-from apps.firewall.selectors import live_states
-from apps.firewall.services import ruleset_version_store
+from apps.firewall.rollout import ruleset_version_store
+from tests.factories import READ_BACK
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +24,7 @@ def confirm(host, *, snapshot_at, at):
         cause="t",
         snapshot_at=snapshot_at,
     )
-    host.mark_applied(version)
+    host.mark_applied(version, digest=READ_BACK)
     PushLogEntry.objects.create(host=host, version=version, step="confirm", ok=True, at=at)
     return version
 
@@ -63,7 +64,7 @@ def test_a_failed_push_after_the_change_says_why_and_a_rollback_makes_it_pending
     assert "syntax error" in state.hosts[0].reason
     confirm(nat1, snapshot_at=t0 + timedelta(seconds=1), at=t0 + timedelta(seconds=2))
     assert live_states(changed_at={"row": t0})["row"].state == "live"
-    nat1.mark_applied(old)  # staff put the old version back
+    nat1.mark_applied(old, digest=READ_BACK)  # staff put the old version back
     assert live_states(changed_at={"row": t0})["row"].state == "pending"
 
 

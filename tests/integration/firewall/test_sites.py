@@ -7,11 +7,13 @@ import re
 
 import pytest
 
-from apps.firewall.models import FirewallHost
-from apps.firewall.selectors import firewall_snapshot_build, live_attach, snapshot_data_read
-from apps.firewall.services import ruleset_compile
+from apps.firewall.live import live_attach
+from apps.firewall.models import FirewallHost, Site
+from apps.firewall.rollout import ruleset_compile
+from apps.firewall.snapshot import firewall_snapshot_build, snapshot_data_read
 from apps.network.models import Ipv6Opening, PortForward
 from tests.factories import (
+    READ_BACK,
     BuildingFactory,
     RoomFactory,
     device_add,
@@ -26,17 +28,20 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def two_sites():
     north, south = BuildingFactory(), BuildingFactory()
+    sites = {"north": Site.objects.create(name="north"), "south": Site.objects.create(name="south")}
+    sites["north"].buildings.set([north])
+    sites["south"].buildings.set([south])
     hosts = {
-        "north": FirewallHost.objects.create(name="north-fw", address="10.255.255.11"),
+        "north": FirewallHost.objects.create(
+            name="north-fw", address="10.255.255.11", site=sites["north"]
+        ),
         "south": FirewallHost.objects.create(
-            name="south-fw", address="10.255.255.12", rollout_order=1
+            name="south-fw", address="10.255.255.12", rollout_order=1, site=sites["south"]
         ),
         "core": FirewallHost.objects.create(
             name="core-fw", address="10.255.255.13", rollout_order=2
         ),
     }
-    hosts["north"].buildings.set([north])
-    hosts["south"].buildings.set([south])
     alice = member_active(room=RoomFactory(building=north))
     bob = member_active(room=RoomFactory(building=south))
     return hosts, north, south, alice, bob
@@ -79,7 +84,7 @@ def test_a_row_waits_only_for_the_hosts_of_its_site(two_sites):
     forward = forward_add(alice, device_add(alice), "2222")
     for version in ruleset_compile(cause="sites"):
         if version.host.name == "north-fw":
-            version.host.mark_applied(version)
+            version.host.mark_applied(version, digest=READ_BACK)
             version.host.push_log.create(version=version, step="confirm", ok=True)
     row = PortForward.objects.get(pk=forward.pk)
     assert live_attach([row]) is True  # core-fw (every building) has not confirmed yet
@@ -99,37 +104,26 @@ def test_a_row_waits_only_for_the_hosts_of_its_site(two_sites):
 
 
 @pytest.mark.django_db(transaction=True)  # the hook runs when the admin's transaction commits
-def test_changing_a_hosts_site_in_the_admin_requests_a_compile(client, two_sites):
-    import json
-
-    from apps.network.hooks import CHANGES_KEY
-    from portal.redis import redis_client
+def test_changing_a_sites_buildings_in_the_admin_requests_a_compile(
+    client, two_sites, firewall_redis_clean
+):
+    from apps.firewall.pipeline import firewall_causes_take
     from tests.factories import UserFactory
 
     hosts, north, south, _alice, _bob = two_sites
     admin = UserFactory(roles=["admin"], is_staff=True, is_superuser=True)
     client.force_login(admin)
-    redis_client().delete(CHANGES_KEY)
-    host = hosts["north"]
-    response = client.post(
-        f"/admin/firewall/firewallhost/{host.pk}/change/",
-        {
-            "name": host.name,
-            "address": host.address,
-            "port": host.port,
-            "ssh_user": host.ssh_user,
-            "rollout_order": host.rollout_order,
-            "enabled": "on",
-            "member_interfaces": host.member_interfaces,
-            "uplink_interfaces": host.uplink_interfaces,
-            "shaping_root": host.shaping_root,
-            "tx_queues": host.tx_queues,
-            "link_kbit": host.link_kbit,
-            "buildings": [north.pk, south.pk],
-        },
-    )
+    site = hosts["north"].site
+    # A building served by another site is refused: two sites would NAT the same members.
+    url = f"/admin/firewall/site/{site.pk}/change/"
+    response = client.post(url, {"name": site.name, "buildings": [north.pk, south.pk]})
+    assert response.status_code == 200
+    assert f"{south} is already served by site south." in response.content.decode()
+    assert set(site.buildings.values_list("pk", flat=True)) == {north.pk}
+    south_site = hosts["south"].site
+    south_site.buildings.clear()
+    response = client.post(url, {"name": site.name, "buildings": [north.pk, south.pk]})
     assert response.status_code == 302, response.content[:2000]
-    assert set(host.buildings.values_list("pk", flat=True)) == {north.pk, south.pk}
-    (entry,) = [json.loads(e) for e in redis_client().lrange(CHANGES_KEY, 0, -1)]
-    assert entry["cause"] == "firewall host north-fw settings"
-    assert entry["actor"] == admin.username
+    assert set(site.buildings.values_list("pk", flat=True)) == {north.pk, south.pk}
+    causes, _ = firewall_causes_take(site.pk)
+    assert causes == [f"site north settings (by {admin.username})"]

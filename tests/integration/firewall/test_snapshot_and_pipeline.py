@@ -10,15 +10,15 @@ import pytest
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost, RuleSetVersion
 from apps.firewall.pipeline import (
-    LOCK_KEY,
-    SCHEDULED_KEY,
     LockBusy,
     firewall_causes_take,
     firewall_change_request,
-    firewall_lock,
+    lock_key,
+    scheduled_key,
+    site_lock,
 )
-from apps.firewall.selectors import firewall_snapshot_build, snapshot_data_read
-from apps.firewall.services import CompileError, ruleset_compile
+from apps.firewall.rollout import CompileError, ruleset_compile
+from apps.firewall.snapshot import firewall_snapshot_build, snapshot_data_read
 from apps.members.services import member_suspend
 from apps.network.models import Device
 from portal.redis import redis_client
@@ -28,12 +28,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def clean_redis():
-    client = redis_client()
-    keys = [LOCK_KEY, SCHEDULED_KEY, "portal:firewall:causes"]
-    client.delete(*keys)
-    yield
-    client.delete(*keys)
+def clean_redis(firewall_redis_clean):
+    return
 
 
 @pytest.fixture
@@ -101,74 +97,111 @@ def test_inconsistent_data_fails_the_compile_with_the_row_named(host):
     assert not RuleSetVersion.objects.exists()
 
 
-def test_lock_admits_one_holder_and_expires_by_itself():
-    with firewall_lock(ttl=1), pytest.raises(LockBusy), firewall_lock():
+SITE = 990_001  # a site id nothing else uses: the lock needs no row
+
+
+def test_lock_admits_one_holder_per_site_and_expires_by_itself():
+    with site_lock(SITE, ttl=1), pytest.raises(LockBusy), site_lock(SITE):
         pass  # pragma: no cover - the second acquire must fail
+    with site_lock(SITE), site_lock(SITE + 1):  # another site is never blocked
+        pass
     # A holder that dies leaves the key behind; it expires.
-    redis_client().set(LOCK_KEY, "dead-worker", ex=1)
-    with pytest.raises(LockBusy), firewall_lock():
+    redis_client().set(lock_key(SITE), "dead-worker", ex=1)
+    with pytest.raises(LockBusy), site_lock(SITE):
         pass  # pragma: no cover
     time.sleep(1.2)
-    with firewall_lock():
-        assert redis_client().get(LOCK_KEY)
-    assert redis_client().get(LOCK_KEY) is None
+    with site_lock(SITE):
+        assert redis_client().get(lock_key(SITE))
+    assert redis_client().get(lock_key(SITE)) is None
+
+
+def test_a_live_holder_keeps_its_lock_past_the_expiry():
+    with site_lock(SITE, ttl=0.6) as token:
+        time.sleep(1.5)  # longer than the expiry: the holder's thread renewed it
+        assert redis_client().get(lock_key(SITE)) == token
+        with pytest.raises(LockBusy), site_lock(SITE):
+            pass  # pragma: no cover
+    assert redis_client().get(lock_key(SITE)) is None
 
 
 def test_a_waiting_run_takes_the_lock_as_soon_as_it_is_released():
-    redis_client().set(LOCK_KEY, "running-rollout", ex=30)
-    timer = threading.Timer(0.3, lambda: redis_client().delete(LOCK_KEY))
+    redis_client().set(lock_key(SITE), "running-rollout", ex=30)
+    timer = threading.Timer(0.3, lambda: redis_client().delete(lock_key(SITE)))
     timer.start()
     started = time.monotonic()
     try:
-        with pytest.raises(LockBusy), firewall_lock(wait=0.1):
+        with pytest.raises(LockBusy), site_lock(SITE, wait=0.1):
             pass  # pragma: no cover - still held after 0.1 s
-        with firewall_lock(wait=5) as token:
-            assert redis_client().get(LOCK_KEY) == token
+        with site_lock(SITE, wait=5) as token:
+            assert redis_client().get(lock_key(SITE)) == token
     finally:
         timer.cancel()
     assert 0.3 <= time.monotonic() - started < 1.5
 
 
 def test_release_never_drops_someone_elses_lock():
-    with firewall_lock(ttl=1):
-        time.sleep(1.2)  # ours expired; another run takes the lock
-        redis_client().set(LOCK_KEY, "other-run", ex=30)
-    assert redis_client().get(LOCK_KEY) == "other-run"
+    with site_lock(SITE, ttl=0.3) as token:
+        # Another run took over (say, this holder was frozen past the expiry).
+        redis_client().set(lock_key(SITE), "other-run", ex=30)
+        time.sleep(0.4)  # the renewal sees a foreign token and leaves it alone
+        assert token != "other-run"
+    assert redis_client().get(lock_key(SITE)) == "other-run"
 
 
-def test_a_burst_of_changes_schedules_one_run(settings):
+def test_a_burst_of_changes_schedules_one_run_per_site(settings, host):
+    from apps.firewall.models import Site
+
+    other = FirewallHost.objects.create(
+        name="pl-nat2", address="10.255.255.12", site=Site.objects.create(name="south")
+    )
     settings.PORTAL_FIREWALL_SYNC = True
     settings.PORTAL_FIREWALL_DEBOUNCE = 30  # the scheduled task does not run during the test
     queue_before = redis_client_broker_len()
     results = [firewall_change_request(cause=f"change {n}") for n in range(10)]
-    assert results == [True] + [False] * 9
-    assert redis_client_broker_len() == queue_before + 1
-    assert firewall_causes_take() == [f"change {n}" for n in range(10)]
-    assert firewall_causes_take() == []
+    both = sorted([host.site_id, other.site_id])
+    assert [sorted(r) for r in results] == [both] + [[]] * 9
+    assert redis_client_broker_len() == queue_before + 2  # one run per site, on its queue
+    for site in both:
+        assert firewall_causes_take(site) == ([f"change {n}" for n in range(10)], [])
+        assert firewall_causes_take(site) == ([], [])
     # After a run took the causes, the next change schedules again.
-    assert firewall_change_request(cause="later") is True
+    assert sorted(firewall_change_request(cause="later")) == both
 
 
-def test_without_sync_changes_are_recorded_but_nothing_is_scheduled(settings):
+def test_without_sync_changes_are_recorded_but_nothing_is_scheduled(settings, host):
     settings.PORTAL_FIREWALL_SYNC = False
     before = redis_client_broker_len()
     firewall_change_request(cause="x")
     assert redis_client_broker_len() == before
-    assert firewall_causes_take() == ["x"]
+    assert firewall_causes_take(host.site_id) == (["x"], [])
 
 
 def redis_client_broker_len() -> int:
     from portal.celery import app
 
     with app.connection_for_write() as conn:
-        return conn.default_channel.client.llen("celery")
+        return conn.default_channel.client.llen("firewall")
 
 
-def test_a_lost_scheduled_run_delays_the_next_change_only_briefly(settings):
+def test_a_lost_scheduled_run_delays_the_next_change_only_briefly(settings, host):
     from apps.firewall.pipeline import SCHEDULED_TTL
 
     settings.PORTAL_FIREWALL_SYNC = True
     settings.PORTAL_FIREWALL_DEBOUNCE = 30
-    assert firewall_change_request(cause="first") is True
+    assert firewall_change_request(cause="first") == [host.site_id]
     # The queued task is lost (say, the queue was purged): the mark expires by itself soon.
-    assert 0 < redis_client().ttl(SCHEDULED_KEY) <= SCHEDULED_TTL <= 15
+    assert 0 < redis_client().ttl(scheduled_key(host.site_id)) <= SCHEDULED_TTL <= 15
+
+
+def test_an_idle_site_runs_at_once_and_a_busy_one_after_the_debounce(settings, host, monkeypatch):
+    from apps.firewall import dispatch
+
+    sent = []
+    monkeypatch.setattr(dispatch, "firewall_sync", lambda site, countdown: sent.append(countdown))
+    settings.PORTAL_FIREWALL_SYNC = True
+    settings.PORTAL_FIREWALL_DEBOUNCE = 0.3
+    firewall_change_request(cause="idle")
+    firewall_causes_take(host.site_id)  # the run started and took it
+    with site_lock(host.site_id):  # a run is going on
+        firewall_change_request(cause="busy")
+    assert sent == [0, 0.3]

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from apps.firewall.selectors import snapshot_cache_clear, snapshot_data_read
+from apps.firewall.snapshot import snapshot_cache_clear, snapshot_data_read
 from apps.members.services import member_suspend
 from apps.network.models import Device, Ipv6Opening, PortForward, ShapingProfile
 from apps.network.services import device_remove, port_forward_delete
@@ -189,3 +189,25 @@ def test_no_warm_up_without_sync_or_without_firewalls(settings):
     with CaptureQueriesContext(connection) as queries:
         snapshot_data_read()
     assert device_reads(queries) == ["network_device", "network_portforward"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_a_restart_the_warm_up_makes_the_first_change_an_increment():
+    from apps.firewall import rollout
+    from apps.firewall.models import FirewallHost
+
+    host = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    member = member_active()
+    device = device_add(member)
+    (running,) = rollout.ruleset_compile(cause="first")
+    host.mark_applied(running)
+    rollout._COMPILED.clear()  # a fresh worker process: nothing compiled yet
+    snapshot_cache_clear()
+    host.refresh_from_db()
+    assert rollout.compiled_warm() == ["pl-nat1"]  # it compiled what the host runs
+    forward_add(member, device, ports="8443")
+    (changed,) = rollout.ruleset_compile(cause="second")
+    increment = rollout.increment_for(host=host, version=changed)
+    assert increment is not None
+    assert "8443" in increment.nft
+    assert "delete table" not in increment.nft  # elements only, not the whole rule set

@@ -5,7 +5,7 @@ from django.urls import reverse
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
-from apps.firewall.services import ruleset_version_store
+from apps.firewall.rollout import ruleset_version_store
 from apps.health.models import HostHealthSample
 
 pytestmark = pytest.mark.django_db
@@ -101,6 +101,37 @@ def test_detail_lists_push_log_and_versions_and_diffs_two(client_for, host):
     ).content.decode()
     assert '<span class="diff-del">-\tset a {</span>' in diff
     assert '<span class="diff-add">+\tset b {</span>' in diff
+    assert "<code>nft</code>" in diff
+    assert "<code>tc</code>" not in diff  # only artefacts that differ
+
+
+def test_the_diff_shows_each_artefact_of_the_bundle(client_for, host):
+    old = ruleset_version_store(
+        host=host,
+        nft_text="table inet portal_fw {}\n",
+        tc_text="class replace a\n",
+        files={"kea-dhcp4": '{"Dhcp4": {}}\n'},
+        content_hash="1" * 64,
+        counts={},
+        compile_seconds=0,
+        cause="old",
+    )
+    new = ruleset_version_store(
+        host=host, nft_text="table inet portal_fw {}\n", tc_text="class replace b\n",
+        files={"kea-dhcp4": '{"Dhcp4": {"valid-lifetime": 600}}\n', "keepalived": "vrrp\n"},
+        content_hash="2" * 64, counts={}, compile_seconds=0, cause="new",
+    )  # fmt: skip
+    diff = client_for("support").get(
+        reverse("firewall:version_diff", args=[host.name]), {"a": old.pk, "b": new.pk}
+    )
+    text = diff.content.decode()
+    assert [a for a in ("nft", "tc", "kea-dhcp4", "keepalived") if f"<code>{a}</code>" in text] == [
+        "tc",
+        "kea-dhcp4",
+        "keepalived",
+    ]
+    assert '<span class="diff-add">+class replace b</span>' in text
+    assert "valid-lifetime" in text
 
 
 def test_diff_needs_two_versions_of_that_host(client_for, host):
@@ -129,41 +160,67 @@ def test_same_content_is_stored_once(host):
 
 
 def test_push_now_and_rollback_are_for_admins_and_audited(
-    client_for, host, settings, django_capture_on_commit_callbacks
+    client_for, host, settings, django_capture_on_commit_callbacks, firewall_redis_clean
 ):
     from apps.audit.models import AuditEntry
-    from apps.firewall.pipeline import SCHEDULED_KEY, firewall_causes_take
-    from portal.redis import redis_client
+    from apps.firewall.pipeline import firewall_causes_take, push_request_report
 
-    redis_client().delete(SCHEDULED_KEY)
     old, new = store(host, "old"), store(host, "new")
     host.mark_applied(new)
     for role in ("member", "volunteer", "support"):
         client = client_for(role)
         assert client.post(reverse("firewall:push_now")).status_code == 403
         url = reverse("firewall:rollback", args=[host.name])
+        assert client.get(url, {"version": old.pk}).status_code == 403
         assert client.post(url, {"version": old.pk}).status_code == 403
     assert not AuditEntry.objects.exists()
 
     admin = client_for("admin")
     settings.PORTAL_FIREWALL_DEBOUNCE = 30  # no worker here; the task would wait anyway
     with django_capture_on_commit_callbacks(execute=True):
-        response = admin.post(reverse("firewall:push_now"), follow=True)
-    assert "A push to every firewall is on its way." in response.content.decode()
-    assert any(c.startswith("push now (by ") for c in firewall_causes_take())
+        response = admin.post(reverse("firewall:push_now"))
+    assert response.status_code == 302
+    request_id = response.url.split("push=")[1]
+    causes, requests = firewall_causes_take(host.site_id)
+    assert any(c.startswith("push now (by ") for c in causes)
+    assert requests == [request_id]
+    outcome_url = reverse("firewall:push_outcome", args=[request_id])
+    waiting = admin.get(outcome_url).content.decode()
+    assert "running" in waiting
+    assert 'hx-trigger="every 1s"' in waiting
+    push_request_report(requests, site="main", outcome={"pushed": [], "unchanged": ["pl-nat1"]})
+    done = admin.get(outcome_url).content.decode()
+    assert "already up to date" in done
+    assert "hx-trigger" not in done
+    push_request_report(requests, site="main", outcome={"pushed": ["pl-nat1"], "unchanged": []})
+    assert "pushed to pl-nat1" in admin.get(outcome_url).content.decode()
+
+    # "Put #N back" asks first and names what changes; nothing happens on GET.
+    url = reverse("firewall:rollback", args=[host.name])
+    confirm = admin.get(url, {"version": old.pk}).content.decode()
+    assert f"Put #{old.pk} back on pl-nat1?" in confirm
+    assert f"The host runs #{new.pk} now." in confirm
+    assert "until someone unpins it" in confirm
+    assert FirewallHost.objects.get(pk=host.pk).pinned_version_id is None
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        page = admin.post(
-            reverse("firewall:rollback", args=[host.name]), {"version": old.pk}, follow=True
-        ).content.decode()
+        page = admin.post(url, {"version": old.pk}, follow=True).content.decode()
     assert len(callbacks) == 1  # the rollback task is sent after the commit
     assert f"Version #{old.pk} is being put back on pl-nat1." in page
+    assert f"Pinned to #{old.pk} by " in page
+    pinned = FirewallHost.objects.get(pk=host.pk)
+    assert pinned.pinned_version_id == old.pk
+    assert pinned.pinned_at is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        page = admin.post(reverse("firewall:unpin", args=[host.name]), follow=True)
+    assert "is no longer pinned" in page.content.decode()
+    assert FirewallHost.objects.get(pk=host.pk).pinned_version_id is None
+    assert any(c.startswith("unpinned pl-nat1") for c in firewall_causes_take(host.site_id)[0])
     actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
-    assert actions == ["firewall.push_now", "firewall.rollback"]
-    assert "firewall.rollback" in page  # the host page shows its audit trail
+    assert actions == ["firewall.push_now", "firewall.pin", "firewall.unpin"]
     other = FirewallHost.objects.create(name="pl-nat2", address="10.255.255.12")
     foreign = store(other, "theirs")
-    url = reverse("firewall:rollback", args=[host.name])
     assert admin.post(url, {"version": foreign.pk}).status_code == 404
+    assert admin.get(url, {"version": "x"}).status_code == 404
 
 
 def test_versions_show_their_elements_classes_and_compile_time(client_for, host):
@@ -187,3 +244,12 @@ def test_versions_show_their_elements_classes_and_compile_time(client_for, host)
     assert any(c.startswith("1,234<") for c in cells)  # elements: rules and marker not counted
     assert any(c.startswith("42<") for c in cells)
     assert any(c.startswith("123 ms<") for c in cells)
+
+
+def test_push_now_without_any_enabled_firewall_says_so(client_for, firewall_redis_clean):
+    admin = client_for("admin")
+    response = admin.post(reverse("firewall:push_now"))
+    request_id = response.url.split("push=")[1]
+    page = admin.get(reverse("firewall:push_outcome", args=[request_id])).content.decode()
+    assert "No firewall is enabled: there was nothing to push to." in page
+    assert "hx-trigger" not in page

@@ -50,6 +50,8 @@ def test_worker_and_beat_are_seen_alive(clean_marks, tmp_path, settings, client_
         "worker",
         "--pool",
         "solo",
+        "-Q",
+        "celery",
         "--hostname",
         f"test-{os.getpid()}@%h",
         "--without-mingle",
@@ -71,9 +73,33 @@ def test_worker_and_beat_are_seen_alive(clean_marks, tmp_path, settings, client_
         assert status.beat_alive, logs
         assert status.heartbeat_alive, logs
         assert any(w.startswith(f"test-{os.getpid()}@") for w in status.workers)
-        page = client_for("admin").get(reverse("health:system"), HTTP_HX_REQUEST="true")
+        admin = client_for("admin")
+        page = admin.get(reverse("health:system"), HTTP_HX_REQUEST="true")
         text = page.content.decode()
         assert text.count('class="status-ok"') == 3, text
+        assert "no worker serves the firewall queue" in text  # only the default queue is served
+        firewall = start(
+            "worker",
+            "-Q",
+            "firewall",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "2",
+            "--hostname",
+            f"test-fw-{os.getpid()}@%h",
+            "--without-mingle",
+            "--without-gossip",
+            tmp_path=tmp_path,
+        )
+        try:
+            status = wait_for(lambda s: s.firewall_queue_served, 45)
+            assert any(w.startswith(f"test-fw-{os.getpid()}@") for w in status.firewall_workers)
+            text = admin.get(reverse("health:system"), HTTP_HX_REQUEST="true").content.decode()
+            assert text.count('class="status-ok"') == 4, text
+            assert "no worker serves the firewall queue" not in text
+        finally:
+            stop(firewall)
     finally:
         stop(beat)
         stop(worker)

@@ -1,7 +1,6 @@
 """Every write to network state reaches network_changed exactly once per transaction, after the
 commit, and never on a rollback."""
 
-import json
 from unittest import mock
 
 import pytest
@@ -10,8 +9,6 @@ from django.db import transaction
 from apps.members import services as members
 from apps.network import errors
 from apps.network import services as network
-from apps.network.hooks import CHANGES_KEY
-from portal.redis import redis_client
 from tests.factories import BuildingFactory, MemberFactory, RoomFactory, member_active, pool_create
 from tests.factories import device_add as add
 
@@ -118,13 +115,21 @@ def test_register_is_not_a_network_change(hook, django_capture_on_commit_callbac
     assert hook.call_count == 0
 
 
-def test_the_hook_records_the_cause_in_redis(django_capture_on_commit_callbacks):
-    client = redis_client()
-    client.delete(CHANGES_KEY)
+def test_the_hook_records_the_cause_for_every_site(django_capture_on_commit_callbacks):
+    from apps.firewall.models import FirewallHost, Site
+    from apps.firewall.pipeline import firewall_causes_take
+
+    north = FirewallHost.objects.create(name="north-fw", address="10.255.255.11")
+    south = FirewallHost.objects.create(
+        name="south-fw", address="10.255.255.12", site=Site.objects.create(name="south")
+    )
+    for host in (north, south):
+        firewall_causes_take(host.site_id)
     with django_capture_on_commit_callbacks(execute=True):
         member = member_active()
     with django_capture_on_commit_callbacks(execute=True):
         add(member)
-    entry = json.loads(client.lindex(CHANGES_KEY, 0))
-    assert entry["cause"].startswith("device.add")
-    assert entry["actor"] == "system"
+    for host in (north, south):
+        causes, _requests = firewall_causes_take(host.site_id)
+        assert [c for c in causes if c.startswith("device.add")], causes
+        assert all(c.endswith("(by system)") for c in causes)

@@ -9,8 +9,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from apps.firewall.models import FirewallHost, PushLogEntry
-from apps.firewall.services import ruleset_version_store
-from tests.factories import forward_add, member_active, opening_add
+from apps.firewall.rollout import ruleset_version_store
+from tests.factories import READ_BACK, forward_add, member_active, opening_add
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +27,7 @@ def confirm_everywhere(after):
             cause="t",
             snapshot_at=after + timedelta(seconds=1),
         )
-        host.mark_applied(version)
+        host.mark_applied(version, digest=READ_BACK)
         PushLogEntry.objects.create(
             host=host, version=version, step="confirm", ok=True, at=after + timedelta(seconds=2)
         )
@@ -72,7 +72,7 @@ def test_badge_polls_while_pending_and_stops_when_live(client, hosts):
     url = reverse("network:live_state", args=["forward", forward.pk])
     pending = client.get(url).content.decode()
     assert 'data-state="pending"' in pending
-    assert 'hx-trigger="every 2s"' in pending
+    assert 'hx-trigger="every 500ms"' in pending  # fast while something is pending
     confirm_everywhere(timezone.now())
     live = client.get(url).content.decode()
     assert 'data-state="live"' in live
@@ -82,6 +82,48 @@ def test_badge_polls_while_pending_and_stops_when_live(client, hosts):
     assert "hx-trigger" not in live
     badge = client.get(reverse("network:live_state", args=["opening", opening.pk]))
     assert 'data-state="live"' in badge.content.decode()  # carried by the same versions
+
+
+def test_a_suspended_members_forwards_stay_enabled_but_are_never_live(client, hosts):
+    from apps.members.services import member_suspend
+
+    member = member_active()
+    forward = forward_add(member, ports="8084")
+    opening = opening_add(forward.device)
+    member_suspend(member=member, reason="unpaid", actor=None)
+    confirm_everywhere(timezone.now())  # versions newer than every change: still not carried
+    forward.refresh_from_db()
+    assert forward.enabled
+    client.force_login(member.user)
+    for kind, row in (("forward", forward), ("opening", opening)):
+        badge = client.get(reverse("network:live_state", args=[kind, row.pk])).content.decode()
+        assert 'data-state="off"' in badge
+        assert "not in force: the membership is not active" in badge
+        assert "hx-trigger" not in badge  # settled: nothing to wait for
+    api = APIClient()
+    api.force_authenticate(member.user)
+    live = api.get(f"/api/port-forwards/{forward.pk}/").json()["live"]
+    assert live is None or live["state"] == "off"
+
+
+def test_a_host_whose_content_drifted_is_not_live_until_repaired(client, hosts):
+    from apps.health.services import host_digest_compare
+
+    member = member_active()
+    forward = forward_add(member, ports="8085")
+    confirm_everywhere(timezone.now())
+    client.force_login(member.user)
+    url = reverse("network:live_state", args=["forward", forward.pk])
+    assert 'data-state="live"' in client.get(url).content.decode()
+    nat1 = hosts[0]
+    nat1.refresh_from_db()
+    drifted = {"total": "1" * 64, "parts": {"nft:chain forward": "1" * 64}}
+    assert host_digest_compare(host=nat1, digest=drifted) == ["nft:chain forward"]
+    badge = client.get(url).content.decode()
+    assert 'data-state="pending"' in badge
+    assert "live on pl-nat2" in badge
+    assert host_digest_compare(host=nat1, digest=READ_BACK) == []  # repaired: matches again
+    assert 'data-state="live"' in client.get(url).content.decode()
 
 
 def test_badge_of_someone_elses_rule_is_404(client, hosts):

@@ -15,7 +15,6 @@ from tests.unit.ruleset.builders import make_member, make_small_members, make_sn
 from workers.ruleset import compile_snapshot
 from workers.ruleset import snapshot as s
 from workers.ruleset.build import class_minors, fmt4, fmt6
-from workers.ruleset.render import parse_version
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -52,12 +51,16 @@ def test_same_snapshot_gives_identical_bytes_and_hash(small_snapshot: s.Snapshot
     assert a.content_hash == b.content_hash
 
 
-def test_hash_is_in_the_version_marker_and_parses_back(small_snapshot: s.Snapshot) -> None:
+def test_no_version_marker_in_the_rule_set(small_snapshot: s.Snapshot) -> None:
+    """The hash names the compile; the host's helper keeps it, the table carries no marker."""
+    import hashlib
+
     c = compile_snapshot(small_snapshot)
-    assert f'comment "sha256:{c.content_hash}"' in c.nft
-    listing = f'set version {{\n\ttype mark\n\telements = {{ 0x00000001 comment "sha256:{c.content_hash}" }}\n}}'
-    assert parse_version(listing) == c.content_hash
-    assert parse_version("table inet portal_fw {}") is None
+    assert c.content_hash not in c.nft
+    assert "set version" not in c.nft
+    assert "portal_fw.version" not in c.counts
+    expected = hashlib.sha256(c.nft.encode() + b"\0" + c.tc.encode()).hexdigest()
+    assert c.content_hash == expected
 
 
 def test_any_change_changes_the_hash(small_snapshot: s.Snapshot) -> None:
@@ -161,7 +164,7 @@ def test_snapshot_replace_keeps_validation() -> None:
 
 def test_compiler_imports_no_django() -> None:
     code = (
-        "import sys, workers.ruleset, workers.ruleset.synthetic, workers.ruleset.diff;"
+        "import sys, workers.ruleset, workers.ruleset.diff;"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'django', 'celery', 'kombu', 'rest_framework'});"
         "print(','.join(bad))"
     )

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.bench.synthetic import synthetic_snapshot
 from tests.unit.ruleset.builders import make_small_members, make_snapshot
 from tests.unit.ruleset.strategies import snapshots
 from workers.ruleset import compile_snapshot, diff, diff_stored
 from workers.ruleset import snapshot as s
-from workers.ruleset.synthetic import synthetic_snapshot
 
 
 @settings(max_examples=100, deadline=None)
@@ -77,3 +77,25 @@ def test_from_json_refuses_garbage() -> None:
         s.Snapshot.from_json("{not json")
     with pytest.raises(s.SnapshotError, match="not format"):
         s.Snapshot.from_json("[]")
+
+
+def test_to_json_with_reused_member_rows_is_the_whole_documents_dump():
+    import dataclasses
+    import json
+
+    from tests.unit.ruleset.builders import make_snapshot
+    from workers.ruleset import snapshot as sm
+
+    def reference(snap):
+        doc = json.loads(sm.snapshot_to_json(snap))  # the fields, then dumped in one piece
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
+
+    first = make_snapshot()
+    assert first.to_json() == reference(first)
+    members = list(first.members)
+    members[0] = dataclasses.replace(members[0], shaping=sm.Shaping(8000, 2000))
+    second = make_snapshot(members=tuple(members))
+    text = second.to_json()  # all but one row from the cache of the call before
+    assert text == reference(second)
+    assert sm.Snapshot.from_json(text) == second
+    assert '"members":[[' in text

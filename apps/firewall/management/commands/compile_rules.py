@@ -8,9 +8,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.firewall.models import FirewallHost, RuleSetVersion
-from apps.firewall.selectors import firewall_snapshot_build
-from workers.ruleset import SnapshotError, compile_snapshot
-from workers.ruleset.diff import diff_stored
+from apps.firewall.snapshot import firewall_snapshot_build
+from workers.ruleset import SnapshotError, compile_bundle
+from workers.ruleset.bundle import increment_from_stored
 
 
 class Command(BaseCommand):
@@ -31,7 +31,8 @@ class Command(BaseCommand):
             snapshot = firewall_snapshot_build(host=host)
         except SnapshotError as exc:
             raise CommandError(f"the database cannot be compiled: {exc}") from None
-        compiled = compile_snapshot(snapshot)
+        bundle = compile_bundle(snapshot)
+        compiled = bundle.compiled
         text = compiled.nft
         if options["since"] is not None:
             text = self._increment(host, options["since"], compiled)
@@ -39,7 +40,7 @@ class Command(BaseCommand):
             Path(options["out"]).write_text(text)
             self.stderr.write(
                 f"compile_rules: {host.name}: {len(text.encode()):,} bytes to {options['out']} "
-                f"(content hash {compiled.content_hash[:16]})"
+                f"(bundle {bundle.content_hash[:16]})"
             )
         else:
             self.stdout.write(text, ending="")
@@ -70,7 +71,7 @@ class Command(BaseCommand):
                 f"version {number} no longer keeps its snapshot (only the newest few do); "
                 "apply the full rule set"
             )
-        step = diff_stored(text, previous.content_hash, compiled)
+        step = increment_from_stored(text, previous.content_hash, compiled)
         if step is None:
             raise CommandError(
                 f"the structure changed since version {number} (or the compiler did): "

@@ -6,13 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from apps.firewall.pipeline import LockBusy, firewall_change_request, firewall_lock
-from apps.firewall.services import (
-    CompileError,
-    ruleset_compile,
-    ruleset_rollout,
-    version_snapshots_store,
-)
+from apps.firewall.models import Site
+from apps.firewall.pipeline import LockBusy, firewall_change_request, site_lock
+from apps.firewall.rollout import CompileError, site_sync
 
 
 class Command(BaseCommand):
@@ -27,17 +23,17 @@ class Command(BaseCommand):
             firewall_change_request(cause=cause, force=True)
             self.stdout.write("firewall_push: queued for the worker")
             return
-        try:
-            with firewall_lock():
-                versions = ruleset_compile(cause=cause)
-                outcomes = ruleset_rollout(versions=versions)
-                version_snapshots_store(
-                    versions=versions
-                )  # off the critical path: after the rollout
-        except LockBusy:
-            raise CommandError("another compile or rollout is running; try again") from None
-        except CompileError as exc:
-            raise CommandError(f"the database cannot be compiled: {exc}") from None
+        outcomes = []
+        for site in Site.objects.filter(hosts__enabled=True).distinct():
+            try:
+                with site_lock(site.pk):
+                    outcomes += site_sync(site=site, cause=cause)
+            except LockBusy:
+                raise CommandError(
+                    f"another compile or rollout of site {site} is running; try again"
+                ) from None
+            except CompileError as exc:
+                raise CommandError(f"the database cannot be compiled: {exc}") from None
         for outcome in outcomes:
             state = "ok" if outcome.ok else f"FAILED at {outcome.step}: {outcome.message}"
             self.stdout.write(f"{outcome.host}: {'unchanged' if outcome.skipped else state}")

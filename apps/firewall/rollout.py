@@ -1,0 +1,539 @@
+"""Compile and roll out: store compiled versions, push them host by host, roll back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from apps.firewall.choices import PushStep, SiteStatus
+from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion, Site
+from apps.firewall.transport import FirewallSession, FirewallUnreachable, HelperReply, session_for
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """How one push to one host ended."""
+
+    host: str
+    ok: bool
+    step: str
+    message: str = ""
+    unreachable: bool = False
+    skipped: bool = False
+    pinned_to: int | None = None  # skipped because staff pinned the host to this version
+
+
+@transaction.atomic
+def ruleset_version_store(
+    *,
+    host: FirewallHost,
+    nft_text: str,
+    tc_text: str,
+    content_hash: str,
+    counts: dict[str, int],
+    compile_seconds: float,
+    cause: str,
+    actor: Any = None,
+    snapshot_at: datetime | None = None,
+    files: dict[str, str] | None = None,
+    artefact_hashes: dict[str, str] | None = None,
+) -> RuleSetVersion:
+    """Keep a compiled bundle; the same content again returns the stored version (with the
+    newer snapshot time: it carries every change made up to then)."""
+    latest = RuleSetVersion.objects.filter(host=host).only("content_hash", "snapshot_at").first()
+    if latest is not None and latest.content_hash == content_hash:
+        if snapshot_at and snapshot_at > latest.snapshot_at:
+            latest.snapshot_at = snapshot_at
+            latest.save(update_fields=["snapshot_at"])
+        return latest
+    version = RuleSetVersion.objects.create(
+        host=host,
+        content_hash=content_hash,
+        nft_text=nft_text,
+        tc_text=tc_text,
+        files=files or {},
+        artefact_hashes=artefact_hashes or {},
+        counts=counts,
+        size_bytes=len(nft_text.encode()) + sum(len(f.encode()) for f in (files or {}).values()),
+        compile_seconds=compile_seconds,
+        cause=cause[:500],
+        actor=actor if getattr(actor, "pk", None) else None,
+        snapshot_at=snapshot_at or timezone.now(),
+    )
+    keep = settings.PORTAL_RULESET_HISTORY
+    stale = RuleSetVersion.objects.filter(host=host).values_list("pk", flat=True)[keep:]
+    # Never drop what a host runs or is pinned to: a rollback to it must stay possible.
+    RuleSetVersion.objects.filter(pk__in=list(stale)).exclude(
+        pk__in=[host.applied_version_id or 0, host.pinned_version_id or 0]
+    ).delete()
+    return version
+
+
+# The push's health verdict reads the loaded version and the conntrack fill, not the softirq
+# load (the periodic health collection samples that): no sampling pause in the push.
+PUSH_HEALTH_SAMPLE_MS = 0
+
+
+class _Push:
+    """One push of one bundle to one host: every step timed and logged. The helper checks every
+    artefact, arms one rollback point for all of them, applies, reads back the content digest
+    and health in one round trip (`apply-bundle`); the portal then confirms. A failure after
+    the apply rolls the whole host back."""
+
+    def __init__(
+        self, host: FirewallHost, version: RuleSetVersion, session: FirewallSession | None = None
+    ) -> None:
+        self.host, self.version = host, version
+        self.session = session if session is not None else session_for(host)
+
+    def running(self) -> RuleSetVersion | None:
+        """The version the host confirmed (unchanged artefacts need not travel again)."""
+        if not self.host.holds_confirmed:
+            return None
+        return (
+            RuleSetVersion.objects.filter(pk=self.host.applied_version_id)
+            .only("tc_text", "artefact_hashes", "content_hash")
+            .first()
+        )
+
+    def payload(self, *, increment: Any) -> str:
+        """The bundle as the helper reads it: an increment of nft and tc when the host holds the
+        previous version, else nft in full; tc and files only where they changed."""
+        version, running = self.version, self.running()
+        artefacts: dict[str, dict[str, str]] = {}
+        if increment is not None:
+            artefacts["nft"] = {"mode": "increment", "text": increment.nft}
+            if increment.tc:
+                artefacts["tc"] = {"mode": "increment", "text": increment.tc}
+        else:
+            artefacts["nft"] = {"mode": "replace", "text": version.nft_text}
+            if version.tc_text.strip() and (running is None or running.tc_text != version.tc_text):
+                artefacts["tc"] = {"mode": "replace", "text": version.tc_text}
+        before = running.artefact_hashes if running is not None else {}
+        for name, text in sorted(version.files.items()):
+            if running is None or before.get(name) != version.artefact_hashes.get(name):
+                artefacts[name] = {"mode": "replace", "text": text}
+        return json.dumps(
+            {"format": 1, "version": version.content_hash, "artefacts": artefacts},
+            separators=(",", ":"),
+        )
+
+    def log(self, step: str, ok: bool, message: str, started: float) -> None:
+        PushLogEntry.objects.create(
+            host=self.host,
+            version=self.version,
+            step=step,
+            ok=ok,
+            message=message[:4000],
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    def fail(self, step: str, message: str, *, unreachable: bool = False) -> PushOutcome:
+        self.host.mark_error(f"{step}: {message}", unreachable=unreachable)
+        return PushOutcome(self.host.name, False, step, message, unreachable=unreachable)
+
+    def step(self, session: FirewallSession, step: str, verb: str, *args: str) -> HelperReply:
+        started = time.monotonic()
+        reply = session.call(verb, *args)
+        self.log(step, reply.ok, "" if reply.ok else reply.message, started)
+        return reply
+
+    def rollback(self, session: FirewallSession) -> str:
+        try:
+            reply = self.step(session, PushStep.ROLLBACK, "rollback")
+        except FirewallUnreachable as exc:
+            return f"; the host reverts by itself when its confirm timer runs out ({exc})"
+        if reply.ok:
+            return "; the host restored its previous bundle"
+        return f"; rollback failed: {reply.message}"
+
+    def apply(self, session: FirewallSession, increment: Any) -> HelperReply:
+        """Check every artefact, arm the rollback point, apply, read back digest and health in
+        one call. Logs the check (the helper's own timing) and the apply; a reply with
+        "phase": "check" changed nothing on the host."""
+        started = time.monotonic()
+        reply = session.call(
+            "apply-bundle",
+            "--confirm-within",
+            str(settings.PORTAL_FIREWALL_CONFIRM_WITHIN),
+            "--health-sample-ms",
+            str(PUSH_HEALTH_SAMPLE_MS),
+            stdin=self.payload(increment=increment),
+        )
+        if not reply.ok and reply.data.get("phase") == "check":
+            self.log(PushStep.CHECK, False, reply.message, started)
+            return reply
+        checked = reply.data.get("check_seconds")
+        check_seconds = float(checked or 0)
+        health_seconds = float((reply.data.get("health") or {}).get("collect_seconds") or 0)
+        if checked is not None:
+            self.log(PushStep.CHECK, True, "", time.monotonic() - check_seconds)
+        message = reply.message
+        if not reply.ok and reply.data.get("rolled_back"):
+            message += "; the host restored its previous bundle"
+        self.log(
+            PushStep.APPLY,
+            reply.ok,
+            "" if reply.ok else message,
+            started + check_seconds + health_seconds,
+        )
+        return reply
+
+    def run(self) -> PushOutcome:
+        version = self.version
+        started = time.monotonic()
+        try:
+            session = self.session.__enter__()
+        except FirewallUnreachable as exc:
+            self.log(PushStep.CONNECT, False, str(exc), started)
+            return self.fail(PushStep.CONNECT, str(exc), unreachable=True)
+        self.log(PushStep.CONNECT, True, "", started)
+        applied = False
+        try:
+            reply = None
+            increment = increment_for(host=self.host, version=version)
+            if increment is not None:
+                # The host holds the previous version: send only the element changes.
+                reply = self.apply(session, increment)
+            if reply is None or reply.data.get("phase") == "check":
+                reply = self.apply(session, None)
+            if not reply.ok:
+                if reply.data.get("phase") == "check":
+                    message = f"the host refused the bundle: {reply.message}"
+                    return self.fail(PushStep.CHECK, message)
+                if reply.data.get("rolled_back"):
+                    message = f"{reply.message}; the host restored its previous bundle"
+                    return self.fail(PushStep.APPLY, message)
+                return self.fail(PushStep.APPLY, reply.message + self.rollback(session))
+            applied = True
+            loaded = reply.data.get("version")
+            if loaded != version.content_hash:
+                message = f"the host reports version {loaded!r}, expected {version.content_hash}"
+                self.log(PushStep.VERIFY, False, message, time.monotonic())
+                return self.fail(PushStep.VERIFY, message + self.rollback(session))
+            digest = reply.data.get("digest") or {}
+            health = reply.data.get("health") or {}
+            self.log(
+                PushStep.HEALTH,
+                True,
+                "",
+                time.monotonic() - float(health.get("collect_seconds") or 0),
+            )
+            problem = health_problem(
+                HelperReply(0, {"ok": True, **health, "version": loaded}),
+                expected=version.content_hash,
+            )
+            if problem:
+                return self.fail(PushStep.HEALTH, problem + self.rollback(session))
+            reply = self.step(session, PushStep.CONFIRM, "confirm")
+            if not reply.ok:
+                return self.fail(PushStep.CONFIRM, reply.message)
+        except FirewallUnreachable as exc:
+            if not applied:
+                return self.fail(PushStep.CONNECT, f"connection lost: {exc}", unreachable=True)
+            # Lost after the apply: the new bundle may be what cut the connection, so it must
+            # not reach the next host. This one reverts by itself (commit-confirmed).
+            within = settings.PORTAL_FIREWALL_CONFIRM_WITHIN
+            return self.fail(
+                PushStep.CONNECT,
+                f"connection lost after the apply: {exc}; the host reverts by itself within "
+                f"{within} s unless confirmed, and the rollout stops here",
+            )
+        finally:
+            session.__exit__(None, None, None)
+        self.host.mark_applied(version, digest=digest)
+        return PushOutcome(self.host.name, True, PushStep.CONFIRM)
+
+
+def health_problem(reply: HelperReply, *, expected: str) -> str:
+    """Why a host is not healthy after an apply, or "" when it is."""
+    if not reply.ok:
+        return f"health check failed: {reply.message}"
+    data = reply.data
+    if data.get("version") != expected:
+        return f"health: loaded version {data.get('version')!r}, expected {expected}"
+    conntrack = data.get("conntrack") or {}
+    limit = settings.PORTAL_HEALTH_CONNTRACK_MAX_RATIO
+    if conntrack.get("ratio") is not None and conntrack["ratio"] > limit:
+        return f"health: conntrack table {conntrack['ratio']:.0%} full (limit {limit:.0%})"
+    return ""
+
+
+def ruleset_push(
+    *, host: FirewallHost, version: RuleSetVersion, session: FirewallSession | None = None
+) -> PushOutcome:
+    """Check, arm the rollback timer and apply, verify the version and health (one round trip),
+    then confirm (a second one); a failure after the apply rolls the host back. `session`: one
+    already started (not entered) by the caller; the push closes it."""
+    return _Push(host, version, session).run()
+
+
+def ruleset_rollout(*, versions: Iterable[RuleSetVersion]) -> list[PushOutcome]:
+    """Push compiled versions host by host in rollout order (the hosts of one site); see
+    `_rollout`."""
+    by_host = {v.host_id: v for v in versions}
+    hosts = [v.host for v in by_host.values()]
+    return _rollout(hosts, lambda host: by_host[host.pk])
+
+
+def _rollout(
+    hosts: Iterable[FirewallHost], version_for: Callable[[FirewallHost], RuleSetVersion]
+) -> list[PushOutcome]:
+    """Push host by host in rollout order; `version_for(host)` gives (or compiles, just in time)
+    what the host should run, so the first host is pushed before the later ones are compiled.
+    A refused or unhealthy bundle stops the rollout: it never reaches the next host. An
+    unreachable host is skipped: it stays pending and gets the newest version when it returns.
+    A pinned host is skipped and says so: staff hold it on the version they put back."""
+    outcomes: list[PushOutcome] = []
+    ordered = sorted((h for h in hosts if h.enabled), key=lambda h: (h.rollout_order, h.name))
+    # Connect to every host that may be due at once, on one loop: the later hosts' handshakes
+    # run while the first host is pushed, so their turn starts with a connection. Connecting
+    # runs no helper verb; a host whose turn never comes sees its connection closed.
+    loop = asyncio.new_event_loop()
+    sessions = {h.pk: session_for(h, loop=loop).start() for h in ordered if not h.is_pinned}
+    try:
+        for index, host in enumerate(ordered):
+            if host.is_pinned:
+                message = f"pinned to #{host.pinned_version_id}: automatic pushes skip it"
+                outcomes.append(
+                    PushOutcome(
+                        host.name, True, "", message, skipped=True, pinned_to=host.pinned_version_id
+                    )
+                )
+                continue
+            version = version_for(host)
+            if host.runs(version.content_hash):
+                outcomes.append(PushOutcome(host.name, True, "", "already applied", skipped=True))
+                continue
+            outcome = ruleset_push(host=host, version=version, session=sessions.pop(host.pk))
+            outcomes.append(outcome)
+            if not outcome.ok and not outcome.unreachable:
+                for later in ordered[index + 1 :]:
+                    if not later.is_pinned:
+                        later.mark_pending()
+                break
+    finally:
+        for session in sessions.values():
+            session.close()
+        loop.close()
+    return outcomes
+
+
+def host_drift_repair(*, host: FirewallHost) -> PushOutcome | None:
+    """Push in full what a drifted host should run: the version it is pinned to, or else its
+    newest version (what it runs is unknown, so no increment)."""
+    version = host.pinned_version or RuleSetVersion.objects.filter(host=host).first()
+    if version is None:
+        return None
+    host.mark_pending()  # no confirmed base any more: the push sends everything
+    return ruleset_push(host=host, version=version)
+
+
+# The newest compiled rule sets of this process per host (content hash -> Compiled): the base
+# of incremental transactions without recompiling anything. A fresh worker falls back to the
+# stored snapshot of the version a host runs, or to the full rule set.
+_COMPILED: dict[int, dict[str, Any]] = {}
+_COMPILED_KEPT = 3
+
+
+def _compiled_remember(host_id: int, content_hash: str, compiled: Any, snapshot: Any) -> None:
+    entries = _COMPILED.setdefault(host_id, {})
+    entries.pop(content_hash, None)
+    entries[content_hash] = (compiled, snapshot)
+    while len(entries) > _COMPILED_KEPT:
+        entries.pop(next(iter(entries)))
+
+
+def compiled_warm() -> list[str]:
+    """Read the database and compile every enabled host into this process's caches (members,
+    elements, compiled bundles); returns the hosts whose running bundle is now the base of the
+    next increment."""
+    from apps.firewall.snapshot import firewall_snapshot_build, snapshot_data_read
+    from workers.ruleset import compile_bundle
+
+    hosts = list(FirewallHost.objects.filter(enabled=True).select_related("site"))
+    if not hosts:
+        return []
+    data = snapshot_data_read()
+    ready = []
+    for host in hosts:
+        snapshot = firewall_snapshot_build(host=host, data=data)
+        bundle = compile_bundle(snapshot)
+        _compiled_remember(host.pk, bundle.content_hash, bundle.compiled, snapshot)
+        if host.runs(bundle.content_hash):
+            ready.append(host.name)
+    return ready
+
+
+def compiled_snapshot(*, host_id: int, content_hash: str) -> Any:
+    """The Snapshot this process compiled into `content_hash` for the host, if it still has it."""
+    entry = _COMPILED.get(host_id, {}).get(content_hash)
+    return entry[1] if entry else None
+
+
+def increment_for(*, host: FirewallHost, version: RuleSetVersion) -> Any:
+    """The increment (`workers.ruleset.Incremental`: nft and tc) from what `host` runs to
+    `version`, or None (send the bundle in full)."""
+    from workers.ruleset import diff
+    from workers.ruleset.bundle import increment_from_stored
+
+    if not host.holds_confirmed or host.runs(version.content_hash):
+        return None
+    entries = _COMPILED.get(host.pk, {})
+    new = entries.get(version.content_hash)
+    if new is None:
+        return None
+    old = entries.get(host.applied_checksum)
+    if old is None:
+        previous = (
+            RuleSetVersion.objects.filter(pk=host.applied_version_id)
+            .only("content_hash", "snapshot_json")
+            .first()
+        )
+        text = previous.snapshot_text() if previous else None
+        if not text or previous.content_hash != host.applied_checksum:
+            return None
+        return increment_from_stored(text, previous.content_hash, new[0])
+    return diff(old[0], new[0])
+
+
+class CompileError(Exception):
+    """The database cannot be compiled (an inconsistent row); nothing was pushed."""
+
+
+def ruleset_compile(
+    *, site: Site | None = None, cause: str, actor: Any = None
+) -> list[RuleSetVersion]:
+    """Compile the current database for every enabled host of `site` (None: of every site) and
+    store the versions."""
+    hosts = FirewallHost.objects.filter(enabled=True).select_related("site")
+    hosts = list(hosts.filter(site=site) if site is not None else hosts)
+    data = _snapshot_data(hosts)
+    return [host_compile(host=host, data=data, cause=cause, actor=actor) for host in hosts]
+
+
+def _snapshot_data(hosts: list[FirewallHost]) -> Any:
+    """The database read shared by every host's compile (CompileError names a bad row)."""
+    from apps.firewall.snapshot import snapshot_data_read
+    from workers.ruleset import SnapshotError
+
+    try:
+        return snapshot_data_read()
+    except SnapshotError as exc:
+        for host in hosts:
+            host.mark_error(f"compile: {exc}")
+        raise CompileError(str(exc)) from exc
+
+
+def host_compile(*, host: FirewallHost, data: Any, cause: str, actor: Any = None) -> RuleSetVersion:
+    """Compile one host's bundle from a database read and store it as a version."""
+    from apps.firewall.snapshot import firewall_snapshot_build
+    from workers.ruleset import SnapshotError, compile_bundle
+
+    started = time.monotonic()
+    try:
+        snapshot = firewall_snapshot_build(host=host, data=data)
+        bundle = compile_bundle(snapshot)
+    except SnapshotError as exc:
+        host.mark_error(f"compile: {exc}")
+        raise CompileError(f"{host.name}: {exc}") from exc
+    compiled = bundle.compiled
+    version = ruleset_version_store(
+        host=host,
+        nft_text=compiled.nft,
+        tc_text=compiled.tc,
+        files=dict(bundle.files),
+        artefact_hashes=bundle.artefact_hashes,
+        content_hash=bundle.content_hash,
+        counts=compiled.counts,
+        compile_seconds=round(time.monotonic() - started, 4),
+        cause=cause,
+        actor=actor,
+        snapshot_at=data.taken_at,
+    )
+    _compiled_remember(host.pk, bundle.content_hash, compiled, snapshot)
+    version.host = host  # the caller's row (pinned, confirmed) without another query
+    return version
+
+
+def _change_waiting(site: Site) -> bool:
+    from apps.firewall.pipeline import scheduled_key
+    from portal.redis import redis_client
+
+    return bool(redis_client().exists(scheduled_key(site.pk)))
+
+
+def site_sync(*, site: Site, cause: str) -> list[PushOutcome]:
+    """Compile and roll out one site (the caller holds its lock), host by host: each host's
+    bundle is compiled just before its turn, so the first host runs a change while the later
+    ones are still compiling. Records the site's state."""
+    site.mark(SiteStatus.ROLLING_OUT)
+    hosts = list(
+        FirewallHost.objects.filter(site=site, enabled=True).select_related(
+            "site", "pinned_version"
+        )
+    )
+    compiled: list[RuleSetVersion] = []
+
+    def version_for(host: FirewallHost) -> RuleSetVersion:
+        compiled.append(host_compile(host=host, data=data, cause=cause))
+        return compiled[-1]
+
+    try:
+        data = _snapshot_data(hosts)
+        outcomes = _rollout(hosts, version_for)
+    except CompileError as exc:
+        site.mark(SiteStatus.FAILED, f"compile: {exc}")
+        raise
+    # Hosts skipped (pinned) or after a stop get their version too: unpinning pushes it.
+    for host in hosts:
+        if host.pk not in {v.host_id for v in compiled}:
+            version_for(host)
+    if not _change_waiting(site):
+        # Off the critical path: after the rollout, and only when no change waits for the lock
+        # (that run stores the snapshot of its newer versions instead).
+        version_snapshots_store(versions=compiled)
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        site.mark(SiteStatus.FAILED, "; ".join(f"{o.host}: {o.step}: {o.message}" for o in failed))
+    else:
+        site.mark(SiteStatus.IDLE)
+    return outcomes
+
+
+def host_rollback(*, host: FirewallHost) -> PushOutcome | None:
+    """Push the version a host is pinned to (the worker calls this under the site's lock)."""
+    if host.pinned_version is None:
+        return None
+    return ruleset_push(host=host, version=host.pinned_version)
+
+
+SNAPSHOTS_KEPT = 5
+
+
+def version_snapshots_store(*, versions: Iterable[RuleSetVersion]) -> None:
+    """Keep each version's compiler input (after the rollout: off the critical path), taken
+    from this process's compile cache, and only for the newest few versions of a host."""
+    import zlib
+
+    for version in versions:
+        snapshot = compiled_snapshot(host_id=version.host_id, content_hash=version.content_hash)
+        if snapshot is None or version.snapshot_json:
+            continue
+        data = zlib.compress(snapshot.to_json().encode("ascii"), 1)  # fast; size matters less
+        RuleSetVersion.objects.filter(pk=version.pk).update(snapshot_json=data)
+        older = (
+            RuleSetVersion.objects.filter(host_id=version.host_id, snapshot_json__isnull=False)
+            .order_by("-created_at", "-id")
+            .values_list("pk", flat=True)[SNAPSHOTS_KEPT:]
+        )
+        RuleSetVersion.objects.filter(pk__in=list(older)).update(snapshot_json=None)

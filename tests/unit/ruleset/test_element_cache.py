@@ -1,0 +1,89 @@
+"""The compiler reuses an unchanged member's elements from the host's last compile; the text
+must be exactly what a compile from nothing gives, whatever changed in between."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+from tests.unit.ruleset.builders import make_member, make_small_members, make_snapshot
+from workers.ruleset import compile_snapshot
+from workers.ruleset import snapshot as s
+
+build_mod = importlib.import_module("workers.ruleset.build")  # the package exports build()
+
+
+def fresh(snapshot: s.Snapshot) -> str:
+    """The nft text and tc batch compiled with no element cache at all."""
+    saved = dict(build_mod._ELEMENT_CACHE)
+    build_mod._ELEMENT_CACHE.clear()
+    try:
+        compiled = compile_snapshot(snapshot)
+        return compiled.nft + compiled.tc
+    finally:
+        build_mod._ELEMENT_CACHE.clear()
+        build_mod._ELEMENT_CACHE.update(saved)
+
+
+def cached(snapshot: s.Snapshot) -> str:
+    compiled = compile_snapshot(snapshot)
+    return compiled.nft + compiled.tc
+
+
+def test_every_kind_of_change_compiles_as_from_nothing():
+    members = list(make_small_members())
+    extra = [
+        make_member(
+            mid,
+            public=f"198.51.100.{mid + 40}",
+            devices=(
+                s.Device(id=mid * 10, ipv4=f"10.100.1.{mid}", ipv6=(f"2001:db8:100:{mid}::1",)),
+            ),
+        )
+        for mid in range(100, 106)
+    ]
+    steps = []
+    current = members + extra
+    steps.append(list(current))
+    # A member gets shaped: its HTB class appears (and its /64 stays its own).
+    current[-1] = dataclasses.replace(current[-1], shaping=s.Shaping(4000, 1000))
+    steps.append(list(current))
+    # Another member's device moves into the same /64: both /64 elements become per address.
+    shared = current[-2].devices[0].ipv6
+    current[-3] = dataclasses.replace(
+        current[-3],
+        devices=(
+            dataclasses.replace(
+                current[-3].devices[0], ipv6=(type(shared[0])(int(shared[0]) + 0x10),)
+            ),
+        ),
+    )
+    steps.append(list(current))
+    # ...and leaves it again (the /64 is nobody's shared one any more).
+    current[-3] = extra[-3]
+    steps.append(list(current))
+    # A member loses its public address; one disappears; one comes back unchanged.
+    current[-4] = dataclasses.replace(current[-4], public_ipv4=None)
+    gone = current.pop(-5)
+    steps.append(list(current))
+    current.append(gone)
+    steps.append(list(current))
+    for step in steps:
+        snapshot = make_snapshot(members=tuple(step))
+        assert cached(snapshot) == fresh(snapshot)
+    # The same members under another shaping layout of the same host: other class ids.
+    snapshot = make_snapshot(members=tuple(current), shaping_root=s.ShapingRoot.MQ, tx_queues=4)
+    assert cached(snapshot) == fresh(snapshot)
+
+
+def test_an_unchanged_member_is_not_rendered_again(monkeypatch):
+    members = tuple(make_member(mid, public=f"198.51.100.{mid + 40}") for mid in range(100, 130))
+    compile_snapshot(make_snapshot(members=members))
+    rendered = []
+    original = build_mod._member_elements
+    monkeypatch.setattr(
+        build_mod, "_member_elements", lambda m, *a: rendered.append(m.id) or original(m, *a)
+    )
+    changed = (*members[:-1], dataclasses.replace(members[-1], public_ipv4="198.51.100.99"))
+    compile_snapshot(make_snapshot(members=changed))
+    assert rendered == [members[-1].id]
