@@ -211,6 +211,9 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# Reverse proxies whose X-Forwarded-For is believed (apps/core/clientip.py); networks.
+PORTAL_TRUSTED_PROXIES = env_list("PORTAL_TRUSTED_PROXIES", "127.0.0.1/32,::1/128")
+
 # --- Firewalls ------------------------------------------------------------------------------
 PORTAL_FIREWALL_SSH_KEY = os.environ.get(
     "PORTAL_FIREWALL_SSH_KEY", str(VAR_DIR / "lab" / "portal_ed25519")
