@@ -101,6 +101,7 @@ INSTALLED_APPS = [
     "apps.audit",
     "apps.health",
     "apps.firewall",
+    "apps.dhcp",
     "apps.tickets",
 ]
 

@@ -6,13 +6,19 @@ import zlib
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import connection, models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from apps.firewall.choices import PushStatus, PushStep, ShapingRoot, SiteStatus
+from apps.network.fields import CidrField
 from workers.ruleset import IFNAME_RE
+
+HOST_PATH_VALIDATOR = RegexValidator(
+    r"^/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*$",
+    _("An absolute path of letters, digits and _ . + - only."),
+)
 
 
 class Site(models.Model):
@@ -35,6 +41,22 @@ class Site(models.Model):
     )
     status_reason = models.TextField(_("reason"), blank=True)
     status_at = models.DateTimeField(_("state since"), null=True, blank=True)
+    member_network4 = CidrField(
+        _("member network (IPv4)"),
+        default="10.100.0.0/16",
+        db_default="10.100.0.0/16",
+        help_text=_(
+            "The member side's IPv4 network as DHCP hands it out: it holds the buildings' "
+            "subnets and registration ranges, and the gateway."
+        ),
+    )
+    gateway4 = models.GenericIPAddressField(
+        _("gateway (IPv4)"),
+        protocol="IPv4",
+        default="10.100.0.1",
+        db_default="10.100.0.1",
+        help_text=_("The router DHCP names: the pair's virtual address on the member side."),
+    )
 
     class Meta:
         ordering = ["name"]
@@ -46,8 +68,22 @@ class Site(models.Model):
 
     @classmethod
     def default_pk(cls) -> int:
-        """The site new hosts join unless told otherwise ("main", serving every building)."""
-        return cls.objects.get_or_create(name="main")[0].pk
+        """The site new hosts join unless told otherwise ("main", serving every building).
+
+        Migrations call this too (firewall 0008's default), with the table as it was then: it
+        selects only the id and inserts only the columns 0008 knew, so every later NOT NULL
+        column of Site needs a `db_default`."""
+        main = cls.objects.filter(name="main").values_list("pk", flat=True)
+        pk = main.first()
+        if pk is None:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO firewall_site (name, status, status_reason) VALUES (%s, %s, '') "
+                    "ON CONFLICT (name) DO NOTHING",
+                    ["main", SiteStatus.IDLE],
+                )
+            pk = main.get()
+        return pk
 
     def mark(self, status: str, reason: str = "") -> None:
         """Record where the site's rollout stands."""
@@ -115,6 +151,32 @@ class FirewallHost(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     pinned_at = models.DateTimeField(_("pinned at"), null=True, blank=True)
+    serves_dhcp = models.BooleanField(
+        _("DHCP server"),
+        default=False,
+        help_text=_(
+            "The host runs Kea: its bundle carries the DHCP configuration (the helper on the "
+            "host must declare the kea-dhcp4 artefact)."
+        ),
+    )
+    dhcp_interfaces = models.CharField(
+        _("DHCP interfaces"),
+        max_length=200,
+        blank=True,
+        help_text=_("Where Kea answers; empty: every member-side interface."),
+    )
+    kea_control_socket = models.CharField(
+        _("Kea control socket"),
+        max_length=100,
+        default="/run/kea/kea4-ctrl-socket",
+        validators=[HOST_PATH_VALIDATOR],
+    )
+    kea_lease_file = models.CharField(
+        _("Kea lease file"),
+        max_length=100,
+        default="/var/lib/kea/kea-leases4.csv",
+        validators=[HOST_PATH_VALIDATOR],
+    )
     # The digest the host read back right after it applied its confirmed bundle, and the parts
     # of its newest read-back that differ from it (drift by content; empty: it matched).
     confirmed_digest = models.JSONField(_("confirmed digest"), default=dict, blank=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import ipaddress
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
@@ -53,6 +54,11 @@ class SnapshotData:
     taken_at: datetime
     building_of: dict[int, int | None] = field(default_factory=dict)  # member id -> building
     private_by_building: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    # DHCP: every networked member's (MAC, private IPv4) pairs, the buildings' enabled
+    # registration ranges and the DHCP settings row.
+    reservations_of: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    registration_by_building: dict[int, str] = field(default_factory=dict)
+    dhcp_settings: Any = None
 
     def for_buildings(self, buildings: set[int]) -> tuple[tuple[rs.Member, ...], tuple[str, ...]]:
         """The members and private networks of a site (`buildings` empty: everything)."""
@@ -96,6 +102,7 @@ class _MemberCache:
         self.epoch: int | None = None
         self.keys: dict[int, tuple[Any, ...]] = {}
         self.members: dict[int, rs.Member] = {}
+        self.reservations: dict[int, tuple[tuple[str, str], ...]] = {}
 
     def clear(self) -> None:
         with self.lock:
@@ -105,6 +112,7 @@ class _MemberCache:
         self.epoch = None
         self.keys.clear()
         self.members.clear()
+        self.reservations.clear()
 
 
 _CACHE = _MemberCache()
@@ -123,6 +131,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
     read are reused and only the changed ones are read again (by id); `cached=False` builds
     every member from the database without touching the cache.
     """
+    from apps.dhcp.models import DhcpSettings, RegistrationRange, ipv4_list
     from apps.members.models import Member
     from apps.network.models import (
         BlockedPort,
@@ -166,13 +175,15 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         if changed:
             by_id = None if len(changed) > FULL_READ_SHARE * len(keys) else changed
             with _gc_paused():
-                devices, forwards, openings = _member_parts_read(by_id)
+                devices, forwards, openings, macs = _member_parts_read(by_id)
                 for mid in changed:
                     cache.members[mid] = _member_build(keys[mid], devices, forwards, openings)
+                    cache.reservations[mid] = tuple(macs.get(mid, ()))
                     known[mid] = keys[mid]
         for gone in known.keys() - keys.keys():
-            del known[gone], cache.members[gone]
+            del known[gone], cache.members[gone], cache.reservations[gone]
         members = tuple(cache.members[mid] for mid in keys)
+        reservations_of = {mid: cache.reservations[mid] for mid in keys}
         blocked: dict[str, list[rs.PortRule]] = {"inbound": [], "outbound": []}
         for direction, protocol, first, last in BlockedPort.objects.values_list(
             "direction", "protocol", "first", "last"
@@ -189,10 +200,18 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
             private_by_building[building_id].append(network)
         private = tuple(net for nets in private_by_building.values() for net in nets)
         public = tuple(PublicPool.objects.values_list("network", flat=True))
+        # Read only (this transaction is read-only): the defaults until an admin saved the row.
+        dhcp_settings = DhcpSettings.objects.filter(id=1).first() or DhcpSettings(id=1)
+        registration_by_building = dict(
+            RegistrationRange.objects.filter(enabled=True).values_list("building_id", "network")
+        )
     policy = rs.Policy(
         management_networks=tuple(dict.fromkeys(management)),
         blocked_outbound=tuple(blocked["outbound"]),
         blocked_inbound=tuple(blocked["inbound"]),
+        registration_networks=tuple(registration_by_building.values()),
+        portal_addresses=tuple(ipv4_list(dhcp_settings.portal_addresses)),
+        dns_servers=tuple(ipv4_list(dhcp_settings.dns_servers)),
     )
     return SnapshotData(
         policy,
@@ -202,6 +221,9 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         taken_at,
         building_of={row[0]: row[_BUILDING] for row in member_rows},
         private_by_building={b: tuple(nets) for b, nets in private_by_building.items()},
+        reservations_of=reservations_of,
+        registration_by_building=registration_by_building,
+        dhcp_settings=dhcp_settings,
     )
 
 
@@ -221,9 +243,10 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _Parts]:
-    """Typed devices, enabled forwards and openings per member id: of networked members
-    (`member_ids` None) or of the given members. Three queries."""
+def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _Parts, _Parts]:
+    """Typed devices, enabled forwards and openings per member id, and each device's
+    (MAC, IPv4) for DHCP: of networked members (`member_ids` None) or of the given members.
+    Three queries."""
     from apps.network.models import Device, Ipv6Opening, PortForward
 
     if member_ids is None:
@@ -234,10 +257,12 @@ def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _P
         mine_via_device = Q(device__member_id__in=member_ids)
     device = rs.Device
     devices: _Parts = defaultdict(list)
-    for member_id, device_id, ipv4, ipv6 in _rows(
-        Device.objects.filter(mine).values_list("member_id", "id", "ipv4", "ipv6")
+    macs: _Parts = defaultdict(list)
+    for member_id, device_id, ipv4, ipv6, mac in _rows(
+        Device.objects.filter(mine).values_list("member_id", "id", "ipv4", "ipv6", "mac")
     ):
         devices[member_id].append(device(device_id, ipv4, (ipv6,) if ipv6 else ()))
+        macs[member_id].append((mac, ipv4))
     forward, port_range = rs.PortForward, rs.port_range
     forwards: _Parts = defaultdict(list)
     for member_id, fid, protocol, p1, p2, device_id, t1, t2 in _rows(
@@ -269,7 +294,7 @@ def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _P
     ):
         ports = None if first is None else (first, last)
         openings[member_id].append(rs.Opening(oid, device_id, protocol, ports))
-    return devices, forwards, openings
+    return devices, forwards, openings, macs
 
 
 def _member_build(
@@ -319,4 +344,60 @@ def firewall_snapshot_build(*, host: FirewallHost, data: SnapshotData | None = N
             public_networks=data.public_networks,
         ),
         members=members,
+        dhcp=_dhcp_build(host, data, members, buildings) if host.serves_dhcp else None,
     )
+
+
+def _dhcp_build(
+    host: FirewallHost, data: SnapshotData, members: tuple[rs.Member, ...], buildings: set[int]
+) -> rs.Dhcp:
+    """Kea's input for `host`: every device of the site's networked members as a reservation,
+    and this host's share of the site's registration ranges (the DHCP hosts of a site, in
+    rollout order, take disjoint consecutive shares of each range)."""
+    site = host.site
+    peers = list(
+        site.hosts.filter(serves_dhcp=True, enabled=True)
+        .order_by("rollout_order", "name")
+        .values_list("pk", flat=True)
+    )
+    index, count = (peers.index(host.pk), len(peers)) if host.pk in peers else (0, 1)
+    ranges = [
+        net
+        for b, net in sorted(data.registration_by_building.items())
+        if not buildings or b in buildings
+    ]
+    pools = [share for net in ranges if (share := pool_share(net, index, count)) is not None]
+    reservations_of = data.reservations_of
+    settings_row = data.dhcp_settings
+    return rs.Dhcp(
+        network=site.member_network4,
+        router=site.gateway4,
+        dns_servers=tuple(ipv4_list_of(settings_row.dns_servers)),
+        domain=settings_row.domain_name,
+        lease_seconds=settings_row.lease_seconds,
+        registration_lease_seconds=settings_row.registration_lease_seconds,
+        pools=tuple(pools),
+        reservations=tuple(pair for m in members for pair in reservations_of.get(m.id, ())),
+        control_socket=host.kea_control_socket,
+        lease_file=host.kea_lease_file,
+        interfaces=host.interface_names("dhcp_interfaces") if host.dhcp_interfaces else (),
+    )
+
+
+def pool_share(network: str, index: int, count: int) -> tuple[str, str] | None:
+    """Host `index` of `count`'s consecutive share of `network`'s usable addresses (without
+    network and broadcast address), or None when the range is too small to share."""
+    net = ipaddress.IPv4Network(network)
+    first, last = int(net.network_address) + 1, int(net.broadcast_address) - 1
+    size = (last - first + 1) // count
+    if size < 1:
+        return None
+    lo = first + index * size
+    hi = last if index == count - 1 else lo + size - 1
+    return str(ipaddress.IPv4Address(lo)), str(ipaddress.IPv4Address(hi))
+
+
+def ipv4_list_of(text: str) -> list[str]:
+    from apps.dhcp.models import ipv4_list
+
+    return ipv4_list(text)

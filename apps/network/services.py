@@ -1060,6 +1060,8 @@ def policy_object_delete(*, obj: Any, actor: Any, fields: list[str]) -> None:
 def _policy_shapes_rules(obj: Any) -> bool:
     if isinstance(obj, BlockedPort | ManagementNetwork):
         return True
+    if obj._meta.app_label == "dhcp":  # DHCP settings and registration ranges: Kea and nft
+        return True
     if isinstance(obj, ShapingProfile):
         return obj.pk is not None and obj.test_accesses.exists()
     return False

@@ -29,6 +29,7 @@ set of verbs with validated arguments and refuses everything else (never a shell
     digest                                    content digest of what runs (nft parts, tc per
                                               shaping device, declared files) and which parts
                                               differ from the last apply-bundle
+    dhcp-leases                               the leases Kea holds (declared kea-dhcp4 artefact)
     help                                      this list
 
 confirm, rollback and the timer restore whatever the rollback point holds: the old `apply`'s
@@ -2550,6 +2551,27 @@ def verb_digest(host: Host, opts, limit: int) -> dict:
     return answer
 
 
+KEA_ARTEFACT = "kea-dhcp4"
+
+
+def verb_dhcp_leases(host: Host, opts, limit: int) -> dict:
+    """The leases of this host's Kea (the declared kea-dhcp4 artefact names its socket)."""
+    spec = host.artefacts.get(KEA_ARTEFACT)
+    if spec is None:
+        raise refused(f"this host declares no {KEA_ARTEFACT} artefact (--artefacts)")
+    if not spec.path.exists():
+        raise HelperError(EXIT_FAILED, "failed", f"{spec.path} is missing: no DHCP pushed yet")
+    kea_ctl = Path(os.path.realpath(__file__)).parent / "kea-ctl"
+    result = run([str(kea_ctl), "leases", str(spec.path)], timeout=120)
+    if result.returncode != 0:
+        raise HelperError(EXIT_FAILED, "failed", "Kea did not list its leases", result.stderr)
+    try:
+        leases = json.loads(result.stdout)["leases"]
+    except (ValueError, KeyError) as exc:
+        raise HelperError(EXIT_FAILED, "failed", f"kea-ctl answered no leases: {exc}") from exc
+    return {"leases": leases, "now": time.time()}
+
+
 def verb_help(host: Host, opts, limit: int) -> dict:
     return {"verbs": sorted(VERBS), "usage": __doc__.split("\n\n")[2]}
 
@@ -2564,6 +2586,7 @@ VERBS: dict[str, Callable[[Host, argparse.Namespace, int], dict]] = {
     "tc-apply": verb_tc_apply,
     "apply-bundle": verb_apply_bundle,
     "digest": verb_digest,
+    "dhcp-leases": verb_dhcp_leases,
     "help": verb_help,
 }
 

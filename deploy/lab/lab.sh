@@ -23,6 +23,12 @@
 #        lab.sh sshd-stop nat1|nat2, lab.sh sshd-start nat1|nat2
 #        lab.sh role ipv4|ipv6 nat1|nat2
 #        lab.sh ssh nat1|nat2 VERB...  (runs the portal's SSH command line; for humans)
+#        lab.sh client MAC      (a device namespace on the member side with that MAC; a real DHCP
+#                               client leases; prints the IPv4 address, or "no lease" and exit 1)
+#        lab.sh client-renew MAC | client-down MAC | clients
+#        lab.sh portal-proxy PORT  (the portal as the Internet side sees it: 203.0.113.80:80 in
+#                               pl-inet -> 127.0.0.1:PORT, with X-Forwarded-For)
+#        lab.sh kea-restart nat1|nat2 | kea-stop nat1|nat2
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -141,8 +147,8 @@ ClientAliveInterval 15
 ClientAliveCountMax 2
 LogLevel VERBOSE
 EOF
-	printf 'command="%s --state-dir %s --host-name %s",from="%s",restrict %s\n' \
-		"$FW_HELPER" "$dir/fw" "$host" "${MGMT_ROOT_ADDR%/*}" \
+	printf 'command="%s --state-dir %s --host-name %s --artefacts %s",from="%s",restrict %s\n' \
+		"$FW_HELPER" "$dir/fw" "$host" "$dir/artefacts.json" "${MGMT_ROOT_ADDR%/*}" \
 		"$(cut -d' ' -f1-2 "$LAB_VAR/portal_ed25519.pub") portal@lab" >"$dir/authorized_keys"
 	chmod 600 "$dir/authorized_keys" "$dir/sshd_config"
 }
@@ -265,6 +271,10 @@ make_topology() {
 	ip -n pl-inet addr replace 2001:db8:ffff::fe/64 dev br0 nodad
 	ip -n pl-inet route replace 198.51.100.0/24 via 203.0.113.1 dev br0 src 203.0.113.10
 	ip -n pl-inet -6 route replace 2001:db8:100::/48 via 2001:db8:ffff::1 dev br0 src 2001:db8:ffff::10
+	# The ISP routes its member side internally: the portal (203.0.113.80, lab.sh portal-proxy)
+	# answers unregistered devices, whose registration addresses are not NATed. The firewall
+	# still lets nothing from here reach a device unasked (to_members).
+	ip -n pl-inet route replace 10.100.0.0/16 via 203.0.113.1 dev br0
 }
 
 # --------------------------------------------------------------------------------------- roles
@@ -407,6 +417,219 @@ cmd_devices() {
 	ip -n pl-dorm -o addr show dev br0 | awk '$4 ~ /\/(32|128)$/ {sub(/\/[0-9]+$/, "", $4); print $4}'
 }
 
+# ----------------------------------------------------------------------------------------- kea
+# Each firewall host runs Kea DHCPv4 on its member side. The portal's bundle carries its
+# configuration (artefact kea-dhcp4, declared in artefacts.json); until the first push Kea runs
+# a configuration without subnets (it answers nobody).
+kea_dir() { echo "$LAB_VAR/$1/kea"; }
+
+write_kea_files() {
+	local host=$1 dir
+	dir=$(kea_dir "$host")
+	mkdir -p "$dir"
+	chmod 700 "$dir"
+	cat >"$LAB_VAR/$host/artefacts.json" <<JSON
+{"kea-dhcp4": {"path": "$dir/kea-dhcp4.conf",
+               "check": ["kea-dhcp4", "-t", "{file}"],
+               "reload": ["$REPO_ROOT/deploy/firewall/kea-ctl", "reload", "{file}"],
+               "mode": "0600"}}
+JSON
+	chmod 600 "$LAB_VAR/$host/artefacts.json"
+	[[ -f $dir/kea-dhcp4.conf ]] && return 0
+	cat >"$dir/kea-dhcp4.conf" <<JSON
+{"Dhcp4": {"interfaces-config": {"interfaces": ["dorm0"], "dhcp-socket-type": "raw"},
+           "control-socket": {"socket-type": "unix", "socket-name": "$dir/kea4.sock"},
+           "lease-database": {"type": "memfile", "persist": true, "name": "$dir/leases4.csv"},
+           "hooks-libraries": [{"library": "/usr/lib/x86_64-linux-gnu/kea/hooks/libdhcp_lease_cmds.so"}],
+           "subnet4": []}}
+JSON
+	chmod 600 "$dir/kea-dhcp4.conf"
+}
+
+kea_pid() {
+	local pidfile pid
+	pidfile="$(kea_dir "$1")/kea.pid"
+	[[ -f $pidfile ]] || return 1
+	pid=$(<"$pidfile")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	[[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == kea-dhcp4 ]] || return 1
+	pid_alive "$pid" || return 1
+	echo "$pid"
+}
+
+start_kea() {
+	local host=$1 dir _
+	kea_pid "$host" >/dev/null && return 0
+	command -v kea-dhcp4 >/dev/null 2>&1 || die "missing tool: kea-dhcp4 (apt-get install kea-dhcp4-server)"
+	dir=$(kea_dir "$host")
+	rm -f "$dir/kea4.sock"
+	# Kea's own pid and lock files go to the host's directory (two servers share this filesystem).
+	ip netns exec "$host" env KEA_PIDFILE_DIR="$dir" KEA_LOCKFILE_DIR="$dir" \
+		setsid kea-dhcp4 -c "$dir/kea-dhcp4.conf" >>"$dir/kea.log" 2>&1 </dev/null &
+	echo $! >"$dir/kea.pid"
+	for _ in $(seq 50); do
+		[[ -S $dir/kea4.sock ]] && return 0
+		sleep 0.1
+	done
+	die "Kea of $host did not open its control socket (see $dir/kea.log)"
+}
+
+stop_kea() {
+	local pid
+	pid=$(kea_pid "$1" || true)
+	# shellcheck disable=SC2086
+	kill_pids $pid
+	rm -f "$(kea_dir "$1")/kea.pid"
+}
+
+cmd_kea() { # restart|stop HOST
+	local op=$1 host
+	host=$(host_arg "${2:-}")
+	lab_is_up || die "the lab is not up"
+	stop_kea "$host"
+	if [[ $op == restart ]]; then
+		start_kea "$host"
+		log "Kea of $host running"
+	else
+		log "Kea of $host stopped"
+	fi
+}
+
+# ------------------------------------------------------------------------------- DHCP clients
+# A device: namespace pl-c-<mac hex> with eth0 (that MAC) on the member bridge, and dhclient.
+CLIENT_RE='^[0-9a-f]{2}(:[0-9a-f]{2}){5}$'
+
+client_mac() { # normalise and validate
+	local mac=${1,,}
+	mac=${mac//-/:}
+	[[ $mac =~ $CLIENT_RE ]] || die "not a MAC address: '$1' (six hex pairs, e.g. 02:00:00:00:01:05)"
+	(((0x${mac:0:2} & 1) == 0)) || die "$mac is a multicast MAC"
+	echo "$mac"
+}
+
+client_ns() { echo "pl-c-${1//:/}"; }
+client_port() { echo "c${1//:/}"; }
+
+client_addr() { # the IPv4 the client holds, if any
+	ip -n "$1" -4 -o addr show dev eth0 scope global 2>/dev/null | awk '{sub(/\/.*/, "", $4); print $4; exit}'
+}
+
+client_dhclient() { # ns mac: one dhclient run; it stays and renews when it got a lease
+	local ns=$1 mac=$2 dir
+	dir="$LAB_VAR/clients/${2//:/}"
+	mkdir -p "$dir"
+	printf 'timeout 10;\nretry 1;\nrequest subnet-mask, routers, domain-name-servers, domain-name;\n' >"$dir/dhclient.conf"
+	ip netns exec "$ns" dhclient -4 -1 -cf "$dir/dhclient.conf" -pf "$dir/dhclient.pid" \
+		-lf "$dir/dhclient.leases" -sf "$SCRIPT_DIR/dhclient-script" eth0 >"$dir/dhclient.log" 2>&1 || true
+	client_addr "$ns"
+}
+
+client_stop_dhclient() {
+	local dir pid
+	dir="$LAB_VAR/clients/${1//:/}"
+	pid=$(cat "$dir/dhclient.pid" 2>/dev/null || true)
+	if [[ $pid =~ ^[0-9]+$ ]] && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == dhclient ]]; then
+		kill_pids "$pid"
+	fi
+	rm -f "$dir/dhclient.pid"
+}
+
+client_answer() { # ns: print the address or "no lease" (exit 1)
+	local addr
+	addr=$(client_addr "$1")
+	if [[ -z $addr ]]; then
+		echo "no lease"
+		exit 1
+	fi
+	echo "$addr"
+}
+
+cmd_client() {
+	local mac ns port
+	need_root
+	command -v dhclient >/dev/null 2>&1 || die "missing tool: dhclient (apt-get install isc-dhcp-client)"
+	mac=$(client_mac "${1:-}")
+	lab_is_up || die "the lab is not up"
+	ns=$(client_ns "$mac")
+	port=$(client_port "$mac")
+	if ! ns_exists "$ns"; then
+		ip netns add "$ns"
+		ns_sysctl "$ns" net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+		ip -n "$ns" link set lo up
+		ip -n pl-dorm link del "$port" 2>/dev/null || true
+		ip -n pl-dorm link add "$port" type veth peer name eth0 netns "$ns"
+		ip -n "$ns" link set eth0 address "$mac"
+		ip -n pl-dorm link set "$port" master br0 up
+		ip -n "$ns" link set eth0 up
+	fi
+	client_stop_dhclient "$mac"
+	client_dhclient "$ns" "$mac" >/dev/null
+	client_answer "$ns"
+}
+
+cmd_client_renew() { # ask again now (INIT-REBOOT with the address held: a NAK if it changed)
+	local mac ns
+	mac=$(client_mac "${1:-}")
+	ns=$(client_ns "$mac")
+	ns_exists "$ns" || die "no client $mac (lab.sh client $mac)"
+	client_stop_dhclient "$mac"
+	client_dhclient "$ns" "$mac" >/dev/null
+	client_answer "$ns"
+}
+
+cmd_client_down() {
+	local mac ns
+	mac=$(client_mac "${1:-}")
+	ns=$(client_ns "$mac")
+	client_stop_dhclient "$mac"
+	if ns_exists "$ns"; then
+		# shellcheck disable=SC2046
+		kill_pids $(ip netns pids "$ns" 2>/dev/null || true)
+		ip netns del "$ns"
+	fi
+	ip -n pl-dorm link del "$(client_port "$mac")" 2>/dev/null || true
+	rm -rf "$LAB_VAR/clients/${mac//:/}"
+}
+
+client_namespaces() { ip netns list 2>/dev/null | awk '$1 ~ /^pl-c-[0-9a-f]{12}$/ {print $1}'; }
+
+cmd_clients() { # MAC ADDRESS per line
+	local ns mac
+	for ns in $(client_namespaces); do
+		mac=$(echo "${ns#pl-c-}" | sed 's/../&:/g; s/:$//')
+		printf '%s %s\n' "$mac" "$(client_addr "$ns" || true)"
+	done
+}
+
+# ------------------------------------------------------------------------------- portal proxy
+PORTAL_PROXY_ADDR=203.0.113.80
+
+portal_proxy_pid() {
+	local pid
+	pid=$(cat "$LAB_VAR/portal-proxy.pid" 2>/dev/null || true)
+	[[ $pid =~ ^[0-9]+$ ]] && pid_alive "$pid" && grep -q portal_proxy "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
+}
+
+cmd_portal_proxy() { # PORT: (re)start the proxy in pl-inet towards 127.0.0.1:PORT
+	local port=${1:-} _
+	[[ $port =~ ^[0-9]{1,5}$ ]] && ((port >= 1 && port <= 65535)) || die "usage: lab.sh portal-proxy PORT"
+	lab_is_up || die "the lab is not up"
+	# shellcheck disable=SC2046
+	kill_pids $(portal_proxy_pid || true)
+	ip -n pl-inet addr replace "$PORTAL_PROXY_ADDR/24" dev br0
+	setsid "$PYTHON" "$SCRIPT_DIR/portal_proxy.py" --netns pl-inet --listen "$PORTAL_PROXY_ADDR:80" \
+		--to "127.0.0.1:$port" >>"$LAB_VAR/portal-proxy.log" 2>&1 </dev/null &
+	echo $! >"$LAB_VAR/portal-proxy.pid"
+	for _ in $(seq 50); do
+		if ip netns exec pl-inet timeout 1 bash -c "exec 3<>/dev/tcp/$PORTAL_PROXY_ADDR/80" 2>/dev/null; then
+			log "portal proxy: http://$PORTAL_PROXY_ADDR/ in pl-inet -> 127.0.0.1:$port"
+			return 0
+		fi
+		sleep 0.1
+	done
+	die "the portal proxy did not start (see $LAB_VAR/portal-proxy.log)"
+}
+
 # ------------------------------------------------------------------------------------- up/down
 lab_is_up() {
 	local ns host
@@ -423,9 +646,12 @@ write_lab_json() {
   "client_key": "$LAB_VAR/portal_ed25519",
   "known_hosts": "$LAB_VAR/known_hosts",
   "hosts": [
-    {"name": "pl-nat1", "address": "${MGMT_ADDR[pl-nat1]}", "state_dir": "$LAB_VAR/pl-nat1/fw"},
-    {"name": "pl-nat2", "address": "${MGMT_ADDR[pl-nat2]}", "state_dir": "$LAB_VAR/pl-nat2/fw"}
+    {"name": "pl-nat1", "address": "${MGMT_ADDR[pl-nat1]}", "state_dir": "$LAB_VAR/pl-nat1/fw",
+     "dhcp": {"control_socket": "$LAB_VAR/pl-nat1/kea/kea4.sock", "lease_file": "$LAB_VAR/pl-nat1/kea/leases4.csv"}},
+    {"name": "pl-nat2", "address": "${MGMT_ADDR[pl-nat2]}", "state_dir": "$LAB_VAR/pl-nat2/fw",
+     "dhcp": {"control_socket": "$LAB_VAR/pl-nat2/kea/kea4.sock", "lease_file": "$LAB_VAR/pl-nat2/kea/leases4.csv"}}
   ],
+  "portal_proxy": "203.0.113.80",
   "roles": {"ipv4": "$(read_role ipv4)", "ipv6": "$(read_role ipv6)"},
   "inet_client": {"ipv4": "203.0.113.10", "ipv6": "2001:db8:ffff::10", "netns": "pl-inet"},
   "dorm": {"netns": "pl-dorm", "gateway4": "10.100.0.1", "gateway6": "2001:db8:100::1"},
@@ -450,7 +676,9 @@ cmd_up() {
 	apply_roles
 	for host in "${NAT_HOSTS[@]}"; do
 		write_sshd_files "$host"
+		write_kea_files "$host"
 		start_sshd "$host"
+		start_kea "$host"
 	done
 	for host in "${NAT_HOSTS[@]}"; do wait_sshd "$host"; done
 	write_lab_json
@@ -473,13 +701,21 @@ kill_pids() { # pids...: TERM, wait up to 2 s, then KILL
 cmd_down() {
 	[[ $EUID -eq 0 ]] || die "must run as root"
 	local ns host pids link
+	for ns in $(client_namespaces); do
+		cmd_client_down "$(echo "${ns#pl-c-}" | sed 's/../&:/g; s/:$//')" || true
+	done
+	rm -rf "$LAB_VAR/clients"
+	# shellcheck disable=SC2046
+	kill_pids $(portal_proxy_pid || true)
+	rm -f "$LAB_VAR/portal-proxy.pid"
 	for host in "${NAT_HOSTS[@]}"; do
 		pids=$(sshd_pid "$host" || true)
 		# shellcheck disable=SC2086
 		kill_pids $pids
 		rm -f "$LAB_VAR/$host/sshd.pid"
-		# The hosts' rule sets die with the namespaces: so does the helper's state.
-		rm -rf "$LAB_VAR/$host/fw"
+		stop_kea "$host"
+		# The hosts' rule sets die with the namespaces: so do the helper's state and Kea's.
+		rm -rf "$LAB_VAR/$host/fw" "$(kea_dir "$host")"
 	done
 	for ns in "${NAMESPACES[@]}"; do
 		if ns_exists "$ns"; then
@@ -564,6 +800,13 @@ main() {
 	sshd-start) cmd_sshd start "$@" ;;
 	role) cmd_role "$@" ;;
 	ssh) cmd_ssh "$@" ;;
+	client) cmd_client "$@" ;;
+	client-renew) cmd_client_renew "$@" ;;
+	client-down) cmd_client_down "$@" ;;
+	clients) cmd_clients ;;
+	portal-proxy) cmd_portal_proxy "$@" ;;
+	kea-restart) cmd_kea restart "$@" ;;
+	kea-stop) cmd_kea stop "$@" ;;
 	*)
 		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
 		exit 2

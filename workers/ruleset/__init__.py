@@ -23,6 +23,7 @@ from workers.ruleset.render import Compiled, render
 from workers.ruleset.snapshot import (
     IFNAME_RE,
     Device,
+    Dhcp,
     Host,
     Member,
     Opening,
@@ -51,6 +52,7 @@ __all__ = [
     "Bundle",
     "Compiled",
     "Device",
+    "Dhcp",
     "Host",
     "Incremental",
     "Member",

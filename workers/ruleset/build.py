@@ -154,6 +154,7 @@ def policy_sets(policy: Policy) -> list[SetDef]:
     mgmt6 = tuple(str(n) for n in ipaddress.collapse_addresses(nets6))
     port_key = "inet_proto . inet_service"
     interval = ("interval",)
+    reg4 = ipaddress.collapse_addresses(policy.registration_networks)
     return [
         SetDef("blocked_in", port_key, None, interval, _port_rule_elements(policy.blocked_inbound)),
         SetDef(
@@ -161,6 +162,11 @@ def policy_sets(policy: Policy) -> list[SetDef]:
         ),
         SetDef("mgmt4", "ipv4_addr", None, interval, mgmt4),
         SetDef("mgmt6", "ipv6_addr", None, interval, mgmt6),
+        SetDef("reg4", "ipv4_addr", None, interval, tuple(str(n) for n in reg4)),
+        SetDef(
+            "walled4", "ipv4_addr", None, interval, tuple(fmt4(a) for a in policy.portal_addresses)
+        ),
+        SetDef("dns4", "ipv4_addr", None, interval, tuple(fmt4(a) for a in policy.dns_servers)),
     ]
 
 
@@ -449,6 +455,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
         Chain(
             "from_members",
             (
+                "ip saddr @reg4 jump walled",
                 # src_nat and nopub4 hold every device IPv4 exactly once (split by whether the
                 # member has a public IPv4), so together they are the anti-spoofing set.
                 "ip saddr != @src_nat ip saddr != @nopub4 counter drop"
@@ -493,6 +500,16 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
             "accept",
         ),
         Chain("to_members", tuple(to_members)),
+        Chain(
+            "walled",
+            (
+                # An unregistered device (a lease from a registration range): the portal and
+                # the resolvers only. The counter is the "dropped from the walled garden" figure.
+                "ip daddr @walled4 tcp dport { 80, 443 } accept",
+                "ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept",
+                'counter drop comment "walled garden: unregistered device"',
+            ),
+        ),
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from workers.ruleset.build import build
 from workers.ruleset.diff import Incremental, diff
+from workers.ruleset.kea import kea_config
 from workers.ruleset.render import Compiled, render
 from workers.ruleset.snapshot import Snapshot, SnapshotError
 
@@ -42,6 +43,9 @@ def file_artefact(name: str) -> Callable[[FileConverter], FileConverter]:
         return converter
 
     return register
+
+
+file_artefact("kea-dhcp4")(kea_config)
 
 
 def artefact_hash(text: str) -> str:

@@ -213,6 +213,114 @@ def _bool(value: Any, what: str) -> bool:
     return value
 
 
+def _ipv4s(values: Iterable[Any], what: str) -> tuple[IPv4Address, ...]:
+    if isinstance(values, str | bytes):
+        raise SnapshotError(f"{what}: expected a list of addresses, got a string")
+    return tuple(sorted({_ipv4(v, what) for v in values}))
+
+
+MAC_RE = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
+_DOMAIN_RE = re.compile(
+    r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+)
+_PATH_RE = re.compile(r"/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*")
+LEASE_SECONDS_MAX = 7 * 86400
+
+
+def _mac(value: Any, what: str) -> str:
+    if type(value) is not str or not MAC_RE.fullmatch(value):
+        raise SnapshotError(f"{what}: MAC {value!r} is not six lower-case hex pairs joined by ':'")
+    return value
+
+
+def _path(value: Any, what: str) -> str:
+    if (
+        type(value) is not str
+        or len(value) > 100
+        or not _PATH_RE.fullmatch(value)
+        or "/../" in value
+    ):
+        raise SnapshotError(
+            f"{what}: {value!r} is not an absolute path of at most 100 safe characters"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Dhcp:
+    """What this host's DHCP server (Kea) hands out on its member interfaces.
+
+    Every device of the site has a reservation MAC -> private IPv4 (both hosts of a pair serve
+    the same ones); `pools` are this host's share of the buildings' registration ranges (unknown
+    devices only, short leases; each host of a pair gets a disjoint share)."""
+
+    network: IPv4Network
+    router: IPv4Address
+    dns_servers: tuple[IPv4Address, ...] = ()
+    domain: str = ""
+    lease_seconds: int = 3600
+    registration_lease_seconds: int = 120
+    pools: tuple[tuple[IPv4Address, IPv4Address], ...] = ()
+    reservations: tuple[tuple[str, IPv4Address], ...] = ()
+    control_socket: str = "/run/kea/kea4-ctrl-socket"
+    lease_file: str = "/var/lib/kea/kea-leases4.csv"
+    interfaces: tuple[str, ...] = ()  # empty: the host's member-side interfaces
+
+    def __post_init__(self) -> None:
+        what = "dhcp"
+        _set(self, "interfaces", _ifnames(self.interfaces, f"{what} interfaces"))
+        net = _network(self.network, f"{what} network")
+        if net.version != 4:
+            raise SnapshotError(f"{what} network: {net} is not an IPv4 network")
+        _set(self, "network", net)
+        router = _ipv4(self.router, f"{what} router")
+        if router not in net:
+            raise SnapshotError(f"{what} router: {router} is outside the member network {net}")
+        _set(self, "router", router)
+        _set(self, "dns_servers", _ipv4s(self.dns_servers, f"{what} DNS servers"))
+        if self.domain and (type(self.domain) is not str or not _DOMAIN_RE.fullmatch(self.domain)):
+            raise SnapshotError(f"{what} domain: {self.domain!r} is not a domain name")
+        _int(self.lease_seconds, f"{what} lease seconds", 60, LEASE_SECONDS_MAX)
+        _int(self.registration_lease_seconds, f"{what} registration lease seconds", 30, 86400)
+        _set(self, "control_socket", _path(self.control_socket, f"{what} control socket"))
+        _set(self, "lease_file", _path(self.lease_file, f"{what} lease file"))
+        pools = []
+        for first, last in self.pools:
+            a, b = _ipv4(first, f"{what} pool"), _ipv4(last, f"{what} pool")
+            if not (a <= b and a in net and b in net):
+                raise SnapshotError(f"{what} pool {a}-{b}: not an ascending range inside {net}")
+            pools.append((a, b))
+        pools.sort()
+        for (_a, b), (c, d) in itertools.pairwise(pools):
+            if c <= b:
+                raise SnapshotError(f"{what} pools {c}-{d} and one before it overlap")
+        _set(self, "pools", tuple(pools))
+        seen_mac: set[str] = set()
+        seen_ip: dict[IPv4Address, str] = {}
+        out = []
+        for mac, address in self.reservations:
+            mac = _mac(mac, f"{what} reservation")
+            ip = _ipv4(address, f"{what} reservation of {mac}")
+            if ip not in net or ip == router:
+                raise SnapshotError(
+                    f"{what} reservation {mac} -> {ip}: outside the member network {net} or the router"
+                )
+            if mac in seen_mac:
+                raise SnapshotError(f"{what} reservation: MAC {mac} is reserved twice")
+            if ip in seen_ip:
+                raise SnapshotError(
+                    f"{what} reservation: {ip} is reserved for {seen_ip[ip]} and {mac}"
+                )
+            i = bisect.bisect_right(pools, (ip, IPv4Address("255.255.255.255"))) - 1
+            if i >= 0 and pools[i][0] <= ip <= pools[i][1]:
+                raise SnapshotError(f"{what} reservation {mac} -> {ip}: inside a registration pool")
+            seen_mac.add(mac)
+            seen_ip[ip] = mac
+            out.append((mac, ip))
+        out.sort()
+        _set(self, "reservations", tuple(out))
+
+
 def _set(obj: object, name: str, value: object) -> None:
     object.__setattr__(obj, name, value)
 
@@ -323,6 +431,11 @@ class Policy:
     blocked_outbound: tuple[PortRule, ...] = (PortRule(Protocol.TCP, PortRange(25, 25)),)
     blocked_inbound: tuple[PortRule, ...] = ()
     inbound_icmpv6_echo: bool = True
+    # The walled garden: devices without a reservation lease from these ranges and may reach
+    # only the portal (TCP 80/443) and the resolvers (53); everything else is dropped, counted.
+    registration_networks: tuple[IPv4Network, ...] = ()
+    portal_addresses: tuple[IPv4Address, ...] = ()
+    dns_servers: tuple[IPv4Address, ...] = ()
 
     def __post_init__(self) -> None:
         _set(
@@ -330,6 +443,13 @@ class Policy:
             "management_networks",
             _networks(self.management_networks, "policy management networks"),
         )
+        _set(
+            self,
+            "registration_networks",
+            _networks(self.registration_networks, "policy registration networks", 4),
+        )
+        _set(self, "portal_addresses", _ipv4s(self.portal_addresses, "policy portal addresses"))
+        _set(self, "dns_servers", _ipv4s(self.dns_servers, "policy DNS servers"))
         _set(
             self, "blocked_outbound", _port_rules(self.blocked_outbound, "policy blocked outbound")
         )
@@ -611,8 +731,11 @@ class Snapshot:
     policy: Policy
     host: Host
     members: tuple[Member, ...] = ()
+    dhcp: Dhcp | None = None  # None: the host runs no DHCP server
 
     def __post_init__(self) -> None:
+        if self.dhcp is not None and not isinstance(self.dhcp, Dhcp):
+            raise SnapshotError("snapshot: dhcp is not a Dhcp")
         if not isinstance(self.policy, Policy):
             raise SnapshotError("snapshot: policy is not a Policy")
         if not isinstance(self.host, Host):
@@ -847,6 +970,7 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
     global _MEMBER_JSON
     p, h = snapshot.policy, snapshot.host
     head = {
+        "dhcp": _dhcp_out(snapshot.dhcp),  # sorts before "members", as the dump needs
         "format": SNAPSHOT_FORMAT,
         "host": {
             "name": h.name,
@@ -867,6 +991,9 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
             ],
             "blocked_inbound": [[r.protocol.value, _ports_out(r.ports)] for r in p.blocked_inbound],
             "inbound_icmpv6_echo": p.inbound_icmpv6_echo,
+            "registration_networks": [str(n) for n in p.registration_networks],
+            "portal_addresses": [str(a) for a in p.portal_addresses],
+            "dns_servers": [str(a) for a in p.dns_servers],
         },
     }
     dump = functools.partial(json.dumps, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
@@ -879,6 +1006,42 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
         rows.append(hit[1])
     _MEMBER_JSON = fresh
     return f'{dump(head)[:-1]},"members":[{",".join(rows)}],{dump(tail)[1:]}'
+
+
+def _dhcp_out(d: Dhcp | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    return {
+        "network": str(d.network),
+        "router": str(d.router),
+        "dns_servers": [str(a) for a in d.dns_servers],
+        "domain": d.domain,
+        "lease_seconds": d.lease_seconds,
+        "registration_lease_seconds": d.registration_lease_seconds,
+        "pools": [[str(a), str(b)] for a, b in d.pools],
+        "reservations": [[mac, str(ip)] for mac, ip in d.reservations],
+        "control_socket": d.control_socket,
+        "lease_file": d.lease_file,
+        "interfaces": list(d.interfaces),
+    }
+
+
+def _dhcp_in(doc: Any) -> Dhcp | None:
+    if doc is None:
+        return None
+    return Dhcp(
+        network=doc["network"],
+        router=doc["router"],
+        dns_servers=tuple(doc["dns_servers"]),
+        domain=doc["domain"],
+        lease_seconds=doc["lease_seconds"],
+        registration_lease_seconds=doc["registration_lease_seconds"],
+        pools=tuple(tuple(pair) for pair in doc["pools"]),
+        reservations=tuple(tuple(pair) for pair in doc["reservations"]),
+        control_socket=doc["control_socket"],
+        lease_file=doc["lease_file"],
+        interfaces=tuple(doc.get("interfaces", ())),
+    )
 
 
 def snapshot_from_json(text: str | bytes) -> Snapshot:
@@ -900,6 +1063,9 @@ def snapshot_from_json(text: str | bytes) -> Snapshot:
             blocked_outbound=rules(p["blocked_outbound"]),
             blocked_inbound=rules(p["blocked_inbound"]),
             inbound_icmpv6_echo=p["inbound_icmpv6_echo"],
+            registration_networks=tuple(p.get("registration_networks", ())),
+            portal_addresses=tuple(p.get("portal_addresses", ())),
+            dns_servers=tuple(p.get("dns_servers", ())),
         )
         host = Host(
             name=h["name"],
@@ -912,8 +1078,9 @@ def snapshot_from_json(text: str | bytes) -> Snapshot:
             public_networks=tuple(h["public_networks"]),
         )
         members = tuple(_member_in(row) for row in doc["members"])
+        dhcp = _dhcp_in(doc.get("dhcp"))
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, SnapshotError):
             raise
         raise SnapshotError(f"snapshot json: {type(exc).__name__}: {exc}") from None
-    return Snapshot(policy=policy, host=host, members=members)
+    return Snapshot(policy=policy, host=host, members=members, dhcp=dhcp)

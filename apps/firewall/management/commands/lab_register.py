@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.validators import validate_ipv46_address
 from django.db import transaction
 
-from apps.firewall.models import FirewallHost
+from apps.firewall.models import HOST_PATH_VALIDATOR, FirewallHost
 
 LAB_SCRIPT = Path(settings.BASE_DIR) / "deploy" / "lab" / "lab.sh"
 LAB_MEMBER_NETWORKS = ("10.100.0.0/16", "2001:db8:100::/48")  # the lab contract's member side
@@ -59,6 +59,7 @@ class Command(BaseCommand):
                         "rollout_order": order,
                         "member_interfaces": interfaces.get("member_side", "dorm0"),
                         "uplink_interfaces": interfaces.get("internet_side", "inet0"),
+                        **self._dhcp_fields(entry),
                     },
                 )
                 if not created:
@@ -69,6 +70,26 @@ class Command(BaseCommand):
 
         if not no_devices:
             self._devices_into_lab()
+
+    @staticmethod
+    def _dhcp_fields(entry: dict[str, Any]) -> dict[str, Any]:
+        """The lab's hosts run Kea (lab.sh up starts it): its socket and lease file per host."""
+        dhcp = entry.get("dhcp")
+        if not isinstance(dhcp, dict):
+            return {"serves_dhcp": False}
+        fields = {
+            "serves_dhcp": True,
+            "kea_control_socket": str(dhcp["control_socket"]),
+            "kea_lease_file": str(dhcp["lease_file"]),
+        }
+        for name in ("kea_control_socket", "kea_lease_file"):
+            try:
+                HOST_PATH_VALIDATOR(fields[name])
+            except ValidationError:
+                raise CommandError(
+                    f"lab host {entry.get('name')}: bad {name} {fields[name]!r}"
+                ) from None
+        return fields
 
     def _devices_into_lab(self) -> None:
         """Give pl-dorm the addresses of the networked devices, so forwards can be tried."""

@@ -1,0 +1,282 @@
+"""Issue 12's proof in the lab: Kea on pl-nat1 and pl-nat2 serves what the portal's database says.
+
+A device registered through the API leases its reserved address from a real DHCP client
+(`lab.sh client MAC`, dhclient in its own namespace) and its forward answers from pl-inet; an
+unknown MAC gets a registration address and reaches the portal only; moves, removals and
+suspensions reach the device at its next renew; a Kea configuration a host refuses stops the
+rollout at that host; DHCP keeps serving while the portal's services are down; a lease survives
+pl-nat1 failing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+from lab_support import LAB_VAR, in_ns, lab_sh
+from rest_framework.test import APIClient
+
+from apps.dhcp.models import DhcpSettings, RegistrationRange
+from apps.firewall.models import FirewallHost, Site
+from tests.celery_proc import wait_until
+from tests.factories import member_active
+
+pytestmark = [pytest.mark.lab, pytest.mark.django_db(transaction=True)]
+
+REGISTRATION = "10.100.250.0/24"
+PORTAL = "203.0.113.80"
+
+SERVER = """
+import socket, sys, select, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(16)
+deadline = time.monotonic() + 90
+while time.monotonic() < deadline:
+    ready, _, _ = select.select([s], [], [], 0.5)
+    if ready:
+        conn, _ = s.accept()
+        conn.sendall(b"hello from " + sys.argv[3].encode())
+        conn.close()
+"""
+CLIENT = """
+import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1)
+    print(s.recv(100).decode() or "connected")
+except OSError as exc:
+    print("refused:", exc)
+"""
+
+
+def client(mac: str, verb: str = "client") -> str:
+    """`lab.sh client MAC` (or client-renew): the leased IPv4, or "no lease"."""
+    result = lab_sh(verb, mac, timeout=40)
+    return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr
+
+
+def connect(ns: str, address: str, port: int) -> str:
+    return in_ns(ns, "python3", "-c", CLIENT, address, str(port), timeout=10).stdout.strip()
+
+
+def ns_of(mac: str) -> str:
+    return "pl-c-" + mac.replace(":", "")
+
+
+@pytest.fixture
+def dhcp(hosts, worker):
+    """Both lab hosts serve DHCP for the site, with a registration range for the building."""
+    lab = json.loads((LAB_VAR / "lab.json").read_text())
+    for entry in lab["hosts"]:
+        FirewallHost.objects.filter(name=entry["name"]).update(
+            serves_dhcp=True,
+            kea_control_socket=entry["dhcp"]["control_socket"],
+            kea_lease_file=entry["dhcp"]["lease_file"],
+        )
+    settings_row = DhcpSettings.load()
+    settings_row.portal_addresses = PORTAL
+    settings_row.lease_seconds = 600
+    settings_row.registration_lease_seconds = 60
+    settings_row.save()
+    macs: list[str] = []
+    yield macs
+    for mac in macs:
+        lab_sh("client-down", mac)
+
+
+def registered(member_building, *, client_api: APIClient, name: str, mac: str) -> dict:
+    response = client_api.post("/api/devices/", {"name": name, "mac": mac}, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def range_for(building, network: str = REGISTRATION) -> None:
+    RegistrationRange.objects.get_or_create(building=building, defaults={"network": network})
+
+
+def wait_for_lease(mac: str, expected: str, verb: str = "client", timeout: float = 30) -> str:
+    """The client asks until it holds `expected` (the push may still be on its way)."""
+    seen = []
+
+    def ask():
+        got = client(mac, verb)
+        seen.append(got)
+        return got == expected
+
+    ask_verb = verb
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ask():
+            return expected
+        ask_verb = "client-renew"
+        verb = ask_verb
+        time.sleep(0.3)
+    raise AssertionError(f"{mac} never leased {expected}: {seen[-5:]}")
+
+
+def test_a_device_registered_through_the_api_leases_its_reserved_address_and_its_forward_answers(
+    dhcp,
+):
+    member = member_active()
+    range_for(member.room.building)
+    api = APIClient()
+    api.force_authenticate(member.user)
+    mac = "02:00:00:12:00:01"
+    dhcp.append(mac)
+    started = time.monotonic()
+    device = registered(member.room.building, client_api=api, name="console", mac=mac)
+    address = device["ipv4"]
+    assert wait_for_lease(mac, address) == address
+    print(f"lease of the reserved address {time.monotonic() - started:.2f} s after the API call")  # noqa: T201
+
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", ns_of(mac), "python3", "-c", SERVER, address, "80", "console"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        response = api.post(
+            "/api/port-forwards/",
+            {
+                "device": device["id"],
+                "protocol": "tcp",
+                "public_ports": "8080",
+                "target_ports": "80",
+            },
+            format="json",
+        )
+        assert response.status_code == 201, response.content
+        public = member.public_ipv4.address
+        assert wait_until(
+            lambda: connect("pl-inet", public, 8080) == "hello from console", 20, 0.2
+        ), connect("pl-inet", public, 8080)
+    finally:
+        server.kill()
+        server.wait(timeout=5)
+
+
+def test_an_unknown_mac_is_walled_in_then_registered_and_renewed_gets_its_address(dhcp):
+    member = member_active()
+    range_for(member.room.building)
+    api = APIClient()
+    api.force_authenticate(member.user)
+    # The push that carries the registration range and the walled garden.
+    FirewallHost.objects.filter(name="pl-nat1").first().site.mark("idle")
+    from apps.network.hooks import network_changed
+
+    network_changed(cause="test: registration range", actor=None)
+    mac = "02:00:00:12:00:02"
+    dhcp.append(mac)
+    inet = subprocess.Popen(
+        ["ip", "netns", "exec", "pl-inet", "python3", "-c", SERVER, "203.0.113.10", "8080", "inet"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    portal = subprocess.Popen(
+        ["ip", "netns", "exec", "pl-inet", "python3", "-c", SERVER, PORTAL, "80", "portal"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        in_ns("pl-inet", "ip", "addr", "replace", f"{PORTAL}/24", "dev", "br0")
+
+        def walled() -> str | None:
+            got = client(
+                mac,
+                "client-renew"
+                if (LAB_VAR / "clients" / mac.replace(":", "")).exists()
+                else "client",
+            )
+            return got if got.startswith("10.100.250.") else None
+
+        address = wait_until(walled, 30, 0.3)
+        assert address, client(mac, "client-renew")
+        ns = ns_of(mac)
+        assert wait_until(lambda: connect(ns, PORTAL, 80) == "hello from portal", 10, 0.2)
+        assert connect(ns, "203.0.113.10", 8080).startswith("refused")  # nothing else
+
+        device = registered(member.room.building, client_api=api, name="laptop", mac=mac)
+        assert wait_for_lease(mac, device["ipv4"], "client-renew") == device["ipv4"]
+        assert wait_until(lambda: connect(ns, "203.0.113.10", 8080) == "hello from inet", 10, 0.2)
+    finally:
+        for proc in (inet, portal):
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def test_moved_removed_and_suspended_reach_the_device_at_its_next_renew(dhcp):
+    from apps.members import services as member_services
+    from apps.network.services import device_remove
+    from tests.factories import RoomFactory
+
+    member = member_active()
+    range_for(member.room.building)
+    api = APIClient()
+    api.force_authenticate(member.user)
+    mac = "02:00:00:12:00:03"
+    dhcp.append(mac)
+    device = registered(member.room.building, client_api=api, name="pc", mac=mac)
+    assert wait_for_lease(mac, device["ipv4"]) == device["ipv4"]
+
+    # Moved to another building: a new address from its subnet, at the next renew.
+    other = RoomFactory()
+    member_services.member_move(member=member, room=other, actor=None)
+    from apps.network.models import Device
+
+    moved = Device.objects.get(pk=device["id"]).ipv4
+    assert moved != device["ipv4"]
+    assert wait_for_lease(mac, moved, "client-renew") == moved
+
+    # Suspended: no reservation any more, so the walled garden (no Internet).
+    member.refresh_from_db()
+    member_services.member_suspend(member=member, reason="test", actor=None)
+    range_for(other.building, "10.100.251.0/24")
+    from apps.network.hooks import network_changed
+
+    network_changed(cause="test: range of the new building", actor=None)
+
+    def walled() -> str | None:
+        got = client(mac, "client-renew")
+        return got if got.startswith(("10.100.250.", "10.100.251.")) else None
+
+    assert wait_until(walled, 30, 0.3), client(mac, "client-renew")
+
+    # Unsuspended, then the device removed: back to the walled garden.
+    member.refresh_from_db()
+    member_services.member_check_in(member=member, actor=None)
+    assert wait_for_lease(mac, moved, "client-renew") == moved
+    device_remove(device=Device.objects.get(pk=device["id"]), actor=None)
+    assert wait_until(walled, 30, 0.3), client(mac, "client-renew")
+
+
+def test_a_kea_configuration_the_host_refuses_stops_the_rollout_at_that_host(dhcp):
+    member = member_active()
+    api = APIClient()
+    api.force_authenticate(member.user)
+    mac = "02:00:00:12:00:04"
+    dhcp.append(mac)
+    first = registered(member.room.building, client_api=api, name="one", mac=mac)
+    assert wait_for_lease(mac, first["ipv4"]) == first["ipv4"]
+    nat2_before = (LAB_VAR / "pl-nat2" / "kea" / "kea-dhcp4.conf").read_text()
+
+    # A typo in pl-nat1's DHCP interfaces: its real `kea-dhcp4 -t` refuses the configuration.
+    FirewallHost.objects.filter(name="pl-nat1").update(dhcp_interfaces="dorm0,dorm9")
+    registered(member.room.building, client_api=api, name="two", mac="02:00:00:12:00:05")
+
+    def refused() -> FirewallHost | None:
+        host = FirewallHost.objects.get(name="pl-nat1")
+        return host if host.push_status == "error" else None
+
+    host = wait_until(refused, 30, 0.2)
+    assert host, FirewallHost.objects.get(name="pl-nat1").error_reason
+    assert "kea-dhcp4" in host.error_reason, host.error_reason
+    assert "dorm9" in host.error_reason, host.error_reason
+    site = Site.objects.get(pk=host.site_id)
+    assert site.status == "failed"
+    # pl-nat2 never saw it: its configuration is what it was, and DHCP still works everywhere.
+    assert (LAB_VAR / "pl-nat2" / "kea" / "kea-dhcp4.conf").read_text() == nat2_before
+    assert "02:00:00:12:00:05" not in (LAB_VAR / "pl-nat1" / "kea" / "kea-dhcp4.conf").read_text()
+    assert client(mac, "client-renew") == first["ipv4"]

@@ -1,0 +1,95 @@
+"""The ``kea-dhcp4`` artefact: Kea's configuration for one host, from the snapshot's `Dhcp`.
+
+Design (docs/dhcp.md): **reservations only** for registered devices. Every host of a site serves
+every device's reservation MAC -> private IPv4 from the same text, so whichever host answers, a
+device gets the same address, and a lease survives a failover without lease synchronisation
+(the client renews with its server; if that one is gone it rebinds by broadcast at T2 and the
+other host confirms the same reserved address). Unknown MACs (class ``UNKNOWN``: no reservation)
+get a short lease from this host's share of the registration ranges; the two hosts of a pair get
+disjoint shares, so they never hand out one address twice.
+
+Everything that reaches the text is a typed value from `Dhcp` (addresses, MACs, ints, checked
+paths and domain), and the text is JSON written by `json.dumps`: no user text can inject
+configuration.
+"""
+
+from __future__ import annotations
+
+import json
+
+from workers.ruleset.snapshot import Snapshot
+
+LEASE_CMDS_HOOK = "/usr/lib/x86_64-linux-gnu/kea/hooks/libdhcp_lease_cmds.so"
+SUBNET_ID = 1
+REGISTRATION_CLASS = "unregistered"
+
+
+def kea_config(snapshot: Snapshot) -> str | None:
+    """Kea's JSON configuration for this host, or None when the host serves no DHCP."""
+    d = snapshot.dhcp
+    if d is None:
+        return None
+    options = [{"name": "routers", "data": str(d.router)}]
+    if d.dns_servers:
+        options.append({"name": "domain-name-servers", "data": ", ".join(map(str, d.dns_servers))})
+    if d.domain:
+        options.append({"name": "domain-name", "data": d.domain})
+    lease = d.lease_seconds
+    short = d.registration_lease_seconds
+    config = {
+        "Dhcp4": {
+            "interfaces-config": {
+                "interfaces": list(d.interfaces or snapshot.host.member_interfaces),
+                "dhcp-socket-type": "raw",
+            },
+            "control-socket": {"socket-type": "unix", "socket-name": d.control_socket},
+            "lease-database": {
+                "type": "memfile",
+                "persist": True,
+                "name": d.lease_file,
+                "lfc-interval": 3600,
+            },
+            "hooks-libraries": [{"library": LEASE_CMDS_HOOK}],
+            "host-reservation-identifiers": ["hw-address"],
+            "reservations-global": False,
+            "reservations-in-subnet": True,
+            "reservations-out-of-pool": True,
+            # Clients that came back with an address of the other host's pool share are told no
+            # (they start over) instead of being ignored until the lease runs out.
+            "authoritative": True,
+            "valid-lifetime": lease,
+            "renew-timer": lease // 2,
+            "rebind-timer": lease * 7 // 8,
+            "client-classes": [
+                {
+                    "name": REGISTRATION_CLASS,
+                    "test": "member('UNKNOWN')",
+                    "valid-lifetime": short,
+                    "min-valid-lifetime": short,
+                    "max-valid-lifetime": short,
+                },
+            ],
+            "subnet4": [
+                {
+                    "id": SUBNET_ID,
+                    "subnet": str(d.network),
+                    "option-data": options,
+                    "pools": [
+                        {"pool": f"{a} - {b}", "client-class": REGISTRATION_CLASS}
+                        for a, b in d.pools
+                    ],
+                    "reservations": [
+                        {"hw-address": mac, "ip-address": str(ip)} for mac, ip in d.reservations
+                    ],
+                }
+            ],
+            "loggers": [
+                {
+                    "name": "kea-dhcp4",
+                    "output_options": [{"output": "stdout"}],
+                    "severity": "WARN",
+                }
+            ],
+        }
+    }
+    return json.dumps(config, indent=1, sort_keys=False) + "\n"
