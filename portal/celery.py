@@ -12,7 +12,14 @@ from celery.beat import PersistentScheduler
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery(
-    "portal", include=["workers.firewall", "workers.health", "workers.mail", "workers.network"]
+    "portal",
+    include=[
+        "workers.dhcp",
+        "workers.firewall",
+        "workers.health",
+        "workers.mail",
+        "workers.network",
+    ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")
 

@@ -115,6 +115,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "apps.dhcp.walled.WalledGardenMiddleware",  # unregistered devices see one page
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -200,6 +201,7 @@ CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_ROUTES = {
     "workers.firewall.*": {"queue": "firewall"},
     "workers.health.firewall_health_collect": {"queue": "firewall"},
+    "workers.dhcp.dhcp_leases_collect": {"queue": "firewall"},  # SSH to the hosts
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 PORTAL_HEARTBEAT_INTERVAL = env_int("PORTAL_HEARTBEAT_INTERVAL", 15)
@@ -238,6 +240,14 @@ PORTAL_HEALTH_SAMPLES_KEPT = env_int("PORTAL_HEALTH_SAMPLES_KEPT", 2880)  # a da
 # How often the health beat also reads each host's content digest back (drift by content); raise
 # it on very large hosts (docs/bundle.md has the cost).
 PORTAL_HEALTH_DIGEST_INTERVAL = env_int("PORTAL_HEALTH_DIGEST_INTERVAL", 25)
+# DHCP: how often the hosts' leases are read back (the walled garden's MAC lookup and the
+# devices' "got 10.100.1.9 from pl-nat1" use them).
+PORTAL_DHCP_LEASE_INTERVAL = env_int("PORTAL_DHCP_LEASE_INTERVAL", 15)
+CELERY_BEAT_SCHEDULE["dhcp-leases"] = {
+    "task": "workers.dhcp.dhcp_leases_collect",
+    "schedule": timedelta(seconds=PORTAL_DHCP_LEASE_INTERVAL),
+    "options": {"expires": PORTAL_DHCP_LEASE_INTERVAL},
+}
 CELERY_BEAT_SCHEDULE["firewall-health"] = {
     "task": "workers.health.firewall_health_collect",
     "schedule": timedelta(seconds=PORTAL_HEALTH_INTERVAL),

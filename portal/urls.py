@@ -9,6 +9,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", include("portal.api_urls")),
     path("", include("apps.core.urls")),
+    path("", include("apps.dhcp.urls")),
     path("", include("apps.members.urls")),
     path("", include("apps.network.urls")),
     path("", include("apps.health.urls")),

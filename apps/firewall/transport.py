@@ -17,7 +17,9 @@ from typing import Any
 import asyncssh
 from django.conf import settings
 
-VERBS = frozenset({"apply-bundle", "confirm", "rollback", "version", "health", "digest"})
+VERBS = frozenset(
+    {"apply-bundle", "confirm", "rollback", "version", "health", "digest", "dhcp-leases"}
+)
 
 
 class FirewallUnreachable(Exception):

@@ -58,7 +58,11 @@ async def handle(reader, writer, upstream: tuple[str, int]) -> None:
         writer.close()
         return
     lines = head[:-4].split(b"\r\n")
-    forwarded = [ln.split(b":", 1)[1].strip() for ln in lines[1:] if ln.lower().startswith(b"x-forwarded-for:")]
+    forwarded = [
+        ln.split(b":", 1)[1].strip()
+        for ln in lines[1:]
+        if ln.lower().startswith(b"x-forwarded-for:")
+    ]
     kept = [lines[0]] + [ln for ln in lines[1:] if not ln.lower().startswith(HOP_BY_HOP)]
     chain = b", ".join([*forwarded, peer.encode()])
     kept += [b"X-Forwarded-For: " + chain, b"Connection: close"]
