@@ -309,6 +309,9 @@ apply_roles() {
 		ip -n "$host" neigh flush dev br0 2>/dev/null || true
 		ip -n "$host" -6 neigh flush dev br0 2>/dev/null || true
 	done
+	for host in $(client_namespaces); do # DHCP clients (lab.sh client): their own caches
+		ip -n "$host" neigh flush dev eth0 2>/dev/null || true
+	done
 }
 
 cmd_role() {

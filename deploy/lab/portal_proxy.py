@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import os
 import socket
 
@@ -21,18 +22,29 @@ MAX_HEAD = 64 * 1024
 HOP_BY_HOP = (b"connection:", b"keep-alive:", b"proxy-connection:", b"x-forwarded-for:")
 
 
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def setns(fd: int) -> None:
+    """setns(2) into a network namespace (os.setns needs Python 3.12)."""
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
 def listening_socket(netns: str, host: str, port: int) -> socket.socket:
     own = os.open("/proc/self/ns/net", os.O_RDONLY)
     target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
     try:
-        os.setns(target, os.CLONE_NEWNET)
+        setns(target)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(128)
         sock.setblocking(False)
     finally:
-        os.setns(own, os.CLONE_NEWNET)  # upstream connections from the root namespace
+        setns(own)  # upstream connections from the root namespace
         os.close(own)
         os.close(target)
     return sock

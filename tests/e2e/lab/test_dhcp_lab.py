@@ -158,16 +158,31 @@ def test_a_device_registered_through_the_api_leases_its_reserved_address_and_its
         server.wait(timeout=5)
 
 
-def test_an_unknown_mac_is_walled_in_then_registered_and_renewed_gets_its_address(dhcp):
+FETCH = """
+import sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
+        print(r.geturl()); print(r.read().decode())
+except OSError as exc:
+    print("failed:", exc)
+"""
+
+
+def test_an_unknown_mac_is_walled_in_then_registered_and_renewed_gets_its_address(
+    dhcp, live_server
+):
+    from apps.dhcp.walled import registration_networks_forget
+
     member = member_active()
     range_for(member.room.building)
+    registration_networks_forget()
     api = APIClient()
     api.force_authenticate(member.user)
-    # The push that carries the registration range and the walled garden.
-    FirewallHost.objects.filter(name="pl-nat1").first().site.mark("idle")
     from apps.network.hooks import network_changed
 
-    network_changed(cause="test: registration range", actor=None)
+    network_changed(cause="test: registration range", actor=None)  # Kea pools + walled garden
+    port = live_server.url.rsplit(":", 1)[1]
+    assert lab_sh("portal-proxy", port).returncode == 0
     mac = "02:00:00:12:00:02"
     dhcp.append(mac)
     inet = subprocess.Popen(
@@ -175,36 +190,33 @@ def test_an_unknown_mac_is_walled_in_then_registered_and_renewed_gets_its_addres
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    portal = subprocess.Popen(
-        ["ip", "netns", "exec", "pl-inet", "python3", "-c", SERVER, PORTAL, "80", "portal"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     try:
-        in_ns("pl-inet", "ip", "addr", "replace", f"{PORTAL}/24", "dev", "br0")
+        seen = []
 
         def walled() -> str | None:
-            got = client(
-                mac,
-                "client-renew"
-                if (LAB_VAR / "clients" / mac.replace(":", "")).exists()
-                else "client",
-            )
-            return got if got.startswith("10.100.250.") else None
+            verb = "client-renew" if seen else "client"
+            seen.append(client(mac, verb))
+            return seen[-1] if seen[-1].startswith("10.100.250.") else None
 
         address = wait_until(walled, 30, 0.3)
-        assert address, client(mac, "client-renew")
+        assert address, seen[-5:]
         ns = ns_of(mac)
-        assert wait_until(lambda: connect(ns, PORTAL, 80) == "hello from portal", 10, 0.2)
+        # The portal, reached through the firewall, says what this is and knows the MAC.
+        page = in_ns(ns, "python3", "-c", FETCH, f"http://{PORTAL}/devices/", timeout=20).stdout
+        assert page.startswith(f"http://{PORTAL}/unregistered/"), page[:300]
+        assert "This device is not registered" in page
+        assert mac in page
         assert connect(ns, "203.0.113.10", 8080).startswith("refused")  # nothing else
+        counted = in_ns("pl-nat1", "nft", "list", "chain", "inet", "portal_fw", "walled").stdout
+        assert "walled garden: unregistered device" in counted
+        assert "packets 0 " not in counted.split("counter", 1)[1][:40], counted  # drops counted
 
         device = registered(member.room.building, client_api=api, name="laptop", mac=mac)
         assert wait_for_lease(mac, device["ipv4"], "client-renew") == device["ipv4"]
         assert wait_until(lambda: connect(ns, "203.0.113.10", 8080) == "hello from inet", 10, 0.2)
     finally:
-        for proc in (inet, portal):
-            proc.kill()
-            proc.wait(timeout=5)
+        inet.kill()
+        inet.wait(timeout=5)
 
 
 def test_moved_removed_and_suspended_reach_the_device_at_its_next_renew(dhcp):
@@ -280,3 +292,65 @@ def test_a_kea_configuration_the_host_refuses_stops_the_rollout_at_that_host(dhc
     assert (LAB_VAR / "pl-nat2" / "kea" / "kea-dhcp4.conf").read_text() == nat2_before
     assert "02:00:00:12:00:05" not in (LAB_VAR / "pl-nat1" / "kea" / "kea-dhcp4.conf").read_text()
     assert client(mac, "client-renew") == first["ipv4"]
+
+
+def test_a_lease_survives_pl_nat1_failing(dhcp):
+    """Reservation-only design: pl-nat2 serves the same reservation, so the client keeps its
+    address when it asks again after pl-nat1 went down, and its traffic flows through pl-nat2."""
+    member = member_active()
+    api = APIClient()
+    api.force_authenticate(member.user)
+    mac = "02:00:00:12:00:06"
+    dhcp.append(mac)
+    device = registered(member.room.building, client_api=api, name="pc", mac=mac)
+    assert wait_for_lease(mac, device["ipv4"]) == device["ipv4"]
+    ns = ns_of(mac)
+    inet = subprocess.Popen(
+        ["ip", "netns", "exec", "pl-inet", "python3", "-c", SERVER, "203.0.113.10", "8080", "inet"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_until(lambda: connect(ns, "203.0.113.10", 8080) == "hello from inet", 10, 0.2)
+        assert lab_sh("host-down", "nat1").returncode == 0
+        assert client(mac, "client-renew") == device["ipv4"]  # answered by pl-nat2
+        leases = json.loads(lab_sh("ssh", "nat2", "dhcp-leases").stdout)["leases"]
+        assert [device["ipv4"], mac] in [row[:2] for row in leases]
+        assert wait_until(lambda: connect(ns, "203.0.113.10", 8080) == "hello from inet", 10, 0.2)
+    finally:
+        inet.kill()
+        inet.wait(timeout=5)
+        lab_sh("host-up", "nat1")
+        lab_sh("failback")
+
+
+def test_dhcp_keeps_serving_while_the_portals_services_are_down(dhcp):
+    """The configuration lives on the hosts: with the portal's worker, PostgreSQL and Redis
+    stopped, a new client still leases its reserved address and a known one renews."""
+    from django.db import connections
+
+    member = member_active()
+    api = APIClient()
+    api.force_authenticate(member.user)
+    known, fresh = "02:00:00:12:00:07", "02:00:00:12:00:08"
+    dhcp.extend([known, fresh])
+    first = registered(member.room.building, client_api=api, name="one", mac=known)
+    second = registered(member.room.building, client_api=api, name="two", mac=fresh)
+    assert wait_for_lease(known, first["ipv4"]) == first["ipv4"]
+    wait_until(lambda: fresh in (LAB_VAR / "pl-nat2" / "kea" / "kea-dhcp4.conf").read_text(), 20)
+    connections.close_all()
+    services = str(LAB_VAR.parent.parent / "deploy" / "dev" / "services.sh")
+    stopped = subprocess.run(["bash", services, "stop"], capture_output=True, text=True, timeout=60)
+    assert stopped.returncode == 0, stopped.stderr
+    try:
+        status = subprocess.run(["bash", services, "status"], capture_output=True, text=True)
+        assert "redis: stopped" in status.stdout
+        assert "no server running" in status.stdout + status.stderr
+        assert client(known, "client-renew") == first["ipv4"]
+        assert client(fresh) == second["ipv4"]
+    finally:
+        started = subprocess.run(
+            ["bash", services, "start"], capture_output=True, text=True, timeout=120
+        )
+        assert started.returncode == 0, started.stderr
+        connections.close_all()
