@@ -15,6 +15,7 @@ from django.views import View
 
 from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role, user_roles
 from apps.audit.selectors import audit_for_member
+from apps.dhcp.selectors import lease_search, unknown_devices_near
 from apps.members import forms as member_forms
 from apps.members import services
 from apps.members.models import Member
@@ -54,6 +55,7 @@ class OfficeHoursView(StaffRequiredMixin, View):
             "query": query.strip(),
             "kind": search_kind(query),
             "results": results[:SEARCH_LIMIT],
+            "leases": lease_search(kind=search_kind(query), query=query.strip()),
             "more_results": len(results) > SEARCH_LIMIT,
             "search_limit": SEARCH_LIMIT,
         }
@@ -155,6 +157,11 @@ class MemberDetailView(StaffOr404Mixin, View):
             "open_action": next(iter(bound or {}), ""),
             **member_history(member=member),
             **devices_context(request=request, member=member),
+            "unknown_devices": unknown_devices_near(
+                building_id=member.room.building_id if member.room_id else None
+            )
+            if not member.is_ended
+            else [],
         }
         status = 422 if bound else 200
         return render(request, self.template, context, status=status)

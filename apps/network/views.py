@@ -60,6 +60,15 @@ from apps.network.services import (
 )
 
 
+def leases_attach(devices: list[Device]) -> None:
+    """Each device's newest DHCP lease as `device.lease` (None: no host reported one yet)."""
+    from apps.dhcp.selectors import newest_leases
+
+    newest = newest_leases([d.mac for d in devices])
+    for device in devices:
+        device.lease = newest.get(device.mac)
+
+
 def devices_context(
     *,
     request: HttpRequest,
@@ -81,6 +90,7 @@ def devices_context(
     hosts = live_hosts() if devices_live or sections else None
     if devices_live:
         live_attach(devices, hosts=hosts)
+    leases_attach(devices)
     extra: dict[str, Any] = {}
     if sections:
         shared = {"devices": devices, "hosts": hosts, "net": net}
