@@ -24,8 +24,12 @@ fi
 if [[ -x deploy/lab/lab.sh ]]; then
   if [[ $(id -u) -eq 0 ]]; then
     if bash deploy/lab/lab.sh up; then
-      .venv/bin/python manage.py lab_register
-      .venv/bin/python manage.py firewall_push --cause "make run"
+      .venv/bin/python manage.py lab_register --no-devices
+      .venv/bin/python manage.py firewall_push --now --cause "make run"
+      # Demo devices lease their reserved addresses from Kea like real ones (lab.sh client MAC);
+      # unregistered ones reach the portal at http://203.0.113.80/ (the walled garden).
+      bash deploy/lab/lab.sh portal-proxy "$PORT" || true
+      .venv/bin/python manage.py lab_clients || echo "Some demo devices got no lease (see above)."
     else
       echo "The firewall lab could not be built; the portal runs without a reachable firewall."
     fi

@@ -135,6 +135,7 @@ class Command(BaseCommand):
             created_members = self._members(count=members, seed=seed)
             network = NetworkSeeder(layout=layout, seed=seed)
             network.prepare(members)
+            network.dhcp_demo()
             people = [("resident", 1)] + [(f"member{n:05d}", n) for n in range(1, members + 1)]
             made = network.memberships(people)
             rules = RulesSeeder(seed=seed).run(people)
@@ -338,6 +339,9 @@ def room_number(index: int) -> str:
 
 class NetworkSeeder:
     """Buildings, rooms, memberships, public addresses and devices in bulk (one query per kind)."""
+
+    def dhcp_demo(self) -> None:
+        dhcp_demo_apply(self)
 
     def __init__(self, *, layout: Layout, seed: int) -> None:
         self.layout = layout
@@ -623,6 +627,27 @@ SHAPING_PROFILES = [
     ("Test access", 4000, 1000, True, 80),
     ("Test access (slow)", 2000, 500, False, 20),
 ]
+
+
+def dhcp_demo_apply(seeder: NetworkSeeder) -> None:
+    """The lab's walled garden: the portal at 203.0.113.80 (lab.sh portal-proxy) and, in the
+    small layout, a registration range 10.100.2xx.0/24 per building (200 + its number)."""
+    from apps.dhcp.models import DhcpSettings, RegistrationRange
+
+    settings_row = DhcpSettings.load()
+    if not settings_row.portal_addresses:
+        settings_row.portal_addresses = "203.0.113.80"
+        settings_row.save(update_fields=["portal_addresses"])
+    if seeder.layout.large:
+        return  # 10.<b>.0.0/16 per building: no lab range fits; benchmarks need none
+    taken = set(RegistrationRange.objects.values_list("building_id", flat=True))
+    RegistrationRange.objects.bulk_create(
+        [
+            RegistrationRange(building=building, network=f"10.100.{200 + b}.0/24")
+            for b, building in seeder.buildings.items()
+            if b <= 55 and building.pk not in taken
+        ]
+    )
 
 
 class RulesSeeder:
