@@ -669,10 +669,47 @@ on_up_exit() {
 	[[ $rc -eq 0 ]] || log "up FAILED (exit $rc): lab.sh status shows what exists, lab.sh down removes it"
 }
 
+# One lab per machine: the checkout that built it is written here (tmpfs: gone after a reboot).
+OWNER_FILE=/run/portal-lab.owner
+
+lab_owner() { cat "$OWNER_FILE" 2>/dev/null || true; }
+
+owner_alive() { # checkout: does its lab sshd still run?
+	local pidfile pid
+	for pidfile in "$1"/var/lab/pl-nat1/sshd.pid "$1"/var/lab/pl-nat2/sshd.pid; do
+		pid=$(cat "$pidfile" 2>/dev/null || true)
+		[[ $pid =~ ^[0-9]+$ ]] && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == sshd ]] && pid_alive "$pid" && return 0
+	done
+	return 1
+}
+
+any_lab_namespace() {
+	local ns
+	for ns in "${NAMESPACES[@]}"; do ns_exists "$ns" && return 0; done
+	root_link_exists "$MGMT_BRIDGE"
+}
+
+claim_lab() { # refuse a lab another checkout runs; rebuild one left behind
+	local owner
+	owner=$(lab_owner)
+	if [[ -n $owner && $owner != "$REPO_ROOT" ]]; then
+		if owner_alive "$owner"; then
+			die "the lab is up and belongs to the checkout $owner (its sshd runs): stop its make run or run 'bash $owner/deploy/lab/lab.sh down' first"
+		fi
+		log "the lab was left behind by $owner (its processes are gone): rebuilding it for $REPO_ROOT"
+		teardown
+	elif any_lab_namespace && ! lab_is_up; then
+		log "a partial lab is left behind (a crashed run?): rebuilding it"
+		teardown
+	fi
+	echo "$REPO_ROOT" >"$OWNER_FILE"
+}
+
 cmd_up() {
 	need_root
 	local t0=$SECONDS host
 	check_overlap || exit 1
+	claim_lab
 	trap on_up_exit EXIT
 	ensure_keys
 	make_topology
@@ -703,13 +740,24 @@ kill_pids() { # pids...: TERM, wait up to 2 s, then KILL
 
 cmd_down() {
 	[[ $EUID -eq 0 ]] || die "must run as root"
+	local owner
+	owner=$(lab_owner)
+	if [[ -n $owner && $owner != "$REPO_ROOT" ]] && owner_alive "$owner"; then
+		die "the lab belongs to the checkout $owner (its sshd runs); take it down from there"
+	fi
+	teardown
+	rm -f "$OWNER_FILE"
+	log "down"
+}
+
+teardown() { # everything of the lab, whoever built it
 	local ns host pids link
 	for ns in $(client_namespaces); do
 		cmd_client_down "$(echo "${ns#pl-c-}" | sed 's/../&:/g; s/:$//')" || true
 	done
 	rm -rf "$LAB_VAR/clients"
 	# shellcheck disable=SC2046
-	kill_pids $(portal_proxy_pid || true)
+	kill_pids $(portal_proxy_pid || true) $(pgrep -f 'deploy/lab/portal_proxy.py --netns pl-inet' || true)
 	rm -f "$LAB_VAR/portal-proxy.pid"
 	for host in "${NAT_HOSTS[@]}"; do
 		pids=$(sshd_pid "$host" || true)
@@ -732,8 +780,9 @@ cmd_down() {
 	for link in pl-m-nat1 pl-m-nat2 "$MGMT_BRIDGE"; do
 		if root_link_exists "$link"; then ip link del "$link"; fi
 	done
+	# Processes a vanished checkout left inside the namespaces die with them (above); its
+	# veths and bridge go with them too.
 	rm -f "$LAB_VAR/roles" "$LAB_VAR/lab.json"
-	log "down"
 }
 
 cmd_status() {

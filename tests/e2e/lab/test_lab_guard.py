@@ -33,3 +33,35 @@ def test_a_running_make_run_is_recognised_and_a_stale_pid_file_is_not(tmp_path):
     assert make_run_pid(pid_file) is None
     pid_file.write_text("garbage")
     assert make_run_pid(pid_file) is None
+
+
+OWNER = Path("/run/portal-lab.owner")
+
+
+def test_a_lab_of_another_running_checkout_is_named_and_one_left_behind_is_rebuilt(lab, tmp_path):
+    from lab_support import LAB_VAR, lab_sh
+
+    ours = OWNER.read_text().strip()
+    other = tmp_path / "other-clone"
+    try:
+        # Another checkout whose sshd still runs (it points at our live sshd): refused, named.
+        for host in ("pl-nat1", "pl-nat2"):
+            (other / "var/lab" / host).mkdir(parents=True)
+            (other / "var/lab" / host / "sshd.pid").write_text(
+                (LAB_VAR / host / "sshd.pid").read_text()
+            )
+        OWNER.write_text(f"{other}\n")
+        refused = lab_sh("up")
+        assert refused.returncode != 0
+        assert f"belongs to the checkout {other}" in refused.stderr
+        assert lab_sh("status").returncode == 0  # untouched: still up
+        # The same checkout gone (its processes dead): up rebuilds the lab for us.
+        for host in ("pl-nat1", "pl-nat2"):
+            (other / "var/lab" / host / "sshd.pid").write_text("999999999\n")
+        rebuilt = lab_sh("up")
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        assert f"left behind by {other}" in rebuilt.stderr
+        assert OWNER.read_text().strip() == ours
+        assert lab_sh("status").returncode == 0
+    finally:
+        OWNER.write_text(f"{ours}\n")
