@@ -383,6 +383,15 @@ def live_state_polling() -> Iterable[Row]:
     yield ('"live" shown after the hosts confirmed', f"{r['shown_live_after']:.2f}", "s", "< 1 s")
 
 
+@benchmark("DHCP: Kea artefact, check, reload, memory, request rate (synthetic snapshots)")
+def dhcp_kea() -> Iterable[Row]:
+    """tests.bench.dhcp_bench: compile share, kea-dhcp4 -t, config-reload, RSS, perfdhcp."""
+    from tests.bench.dhcp_bench import run_benchmarks as dhcp_benchmarks
+
+    for section, name, value, unit, target in dhcp_benchmarks([20000, 100000]):
+        yield (f"{section}: {name}", f"{value:.3f}", unit, target)
+
+
 @benchmark("Tickets: mail ingest, mass reply, status page")
 def tickets_mail_and_status() -> Iterable[Row]:
     """tests/bench/tickets_bench.py in a scratch database (real SMTP, real gunicorn)."""
