@@ -171,6 +171,15 @@ class FirewallHost(models.Model):
         default="/run/kea/kea4-ctrl-socket",
         validators=[HOST_PATH_VALIDATOR],
     )
+    ra_pid_file = models.CharField(
+        _("RA daemon pid file"),
+        max_length=100,
+        default="/run/portal-ra.pid",
+        validators=[HOST_PATH_VALIDATOR],
+        help_text=_(
+            "deploy/firewall/portal-ra: router advertisements with each device's room /64."
+        ),
+    )
     kea_lease_file = models.CharField(
         _("Kea lease file"),
         max_length=100,

@@ -56,7 +56,9 @@ class SnapshotData:
     private_by_building: dict[int, tuple[str, ...]] = field(default_factory=dict)
     # DHCP: every networked member's (MAC, private IPv4) pairs, the buildings' enabled
     # registration ranges and the DHCP settings row.
-    reservations_of: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    reservations_of: dict[int, tuple[tuple[str, str, str | None], ...]] = field(
+        default_factory=dict
+    )
     registration_by_building: dict[int, str] = field(default_factory=dict)
     dhcp_settings: Any = None
 
@@ -102,7 +104,7 @@ class _MemberCache:
         self.epoch: int | None = None
         self.keys: dict[int, tuple[Any, ...]] = {}
         self.members: dict[int, rs.Member] = {}
-        self.reservations: dict[int, tuple[tuple[str, str], ...]] = {}
+        self.reservations: dict[int, tuple[tuple[str, str, str | None], ...]] = {}
 
     def clear(self) -> None:
         with self.lock:
@@ -262,7 +264,7 @@ def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _P
         Device.objects.filter(mine).values_list("member_id", "id", "ipv4", "ipv6", "mac")
     ):
         devices[member_id].append(device(device_id, ipv4, (ipv6,) if ipv6 else ()))
-        macs[member_id].append((mac, ipv4))
+        macs[member_id].append((mac, ipv4, ipv6))
     forward, port_range = rs.PortForward, rs.port_range
     forwards: _Parts = defaultdict(list)
     for member_id, fid, protocol, p1, p2, device_id, t1, t2 in _rows(
@@ -377,7 +379,16 @@ def _dhcp_build(
         lease_seconds=settings_row.lease_seconds,
         registration_lease_seconds=settings_row.registration_lease_seconds,
         pools=tuple(pools),
-        reservations=tuple(pair for m in members for pair in reservations_of.get(m.id, ())),
+        reservations=tuple(
+            (mac, ipv4) for m in members for mac, ipv4, _v6 in reservations_of.get(m.id, ())
+        ),
+        ra_prefixes=tuple(
+            (mac, f"{ipaddress.IPv6Network(f'{ipv6}/64', strict=False)}")
+            for m in members
+            for mac, _v4, ipv6 in reservations_of.get(m.id, ())
+            if ipv6
+        ),
+        ra_pid_file=host.ra_pid_file,
         control_socket=host.kea_control_socket,
         lease_file=host.kea_lease_file,
         interfaces=host.interface_names("dhcp_interfaces") if host.dhcp_interfaces else (),

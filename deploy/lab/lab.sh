@@ -46,7 +46,7 @@ declare -A HOST_NUM=([pl-nat1]=2 [pl-nat2]=3)
 
 # Addresses that follow the active firewall of each family (gateway and upstream next hop).
 VIP4=("dorm0 10.100.0.1/16" "inet0 203.0.113.1/24")
-VIP6=("dorm0 2001:db8:100::1/48" "inet0 2001:db8:ffff::1/64")
+VIP6=("dorm0 2001:db8:100::1/48" "inet0 2001:db8:ffff::1/64" "dorm0 fe80::1/64")
 
 log() { printf 'lab.sh: %s\n' "$*" >&2; }
 die() {
@@ -359,6 +359,8 @@ cmd_host_up() { # links back; the roles stay where they are until lab.sh failbac
 	host=$(host_arg "${1:-}")
 	lab_is_up || die "the lab is not up"
 	make_fw_links "$host"
+	start_kea "$host"
+	start_ra "$host"
 	log "$host: links up (roles unchanged: ipv4=$(read_role ipv4) ipv6=$(read_role ipv6))"
 }
 
@@ -435,7 +437,14 @@ write_kea_files() {
 {"kea-dhcp4": {"path": "$dir/kea-dhcp4.conf",
                "check": ["kea-dhcp4", "-t", "{file}"],
                "reload": ["$REPO_ROOT/deploy/firewall/kea-ctl", "reload", "{file}"],
+               "mode": "0600"},
+ "portal-ra": {"path": "$dir/portal-ra.json",
+               "check": ["$REPO_ROOT/deploy/firewall/portal-ra", "check", "{file}"],
+               "reload": ["$REPO_ROOT/deploy/firewall/portal-ra", "reload", "{file}"],
                "mode": "0600"}}
+JSON
+	[[ -f $dir/portal-ra.json ]] || cat >"$dir/portal-ra.json" <<JSON
+{"interface": "dorm0", "source": "fe80::1", "pid_file": "$dir/portal-ra.pid", "prefixes": {}}
 JSON
 	chmod 600 "$LAB_VAR/$host/artefacts.json"
 	[[ -f $dir/kea-dhcp4.conf ]] && return 0
@@ -483,6 +492,29 @@ stop_kea() {
 	# shellcheck disable=SC2086
 	kill_pids $pid
 	rm -f "$(kea_dir "$1")/kea.pid"
+	pid=$(ra_pid "$1" || true)
+	# shellcheck disable=SC2086
+	kill_pids $pid
+	rm -f "$(kea_dir "$1")/portal-ra.pid"
+}
+
+ra_pid() {
+	local pid
+	pid=$(cat "$(kea_dir "$1")/portal-ra.pid" 2>/dev/null || true)
+	[[ $pid =~ ^[0-9]+$ ]] && pid_alive "$pid" && grep -q portal-ra "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
+}
+
+start_ra() { # router advertisements with each device's room /64 (deploy/firewall/portal-ra)
+	local host=$1 dir _
+	ra_pid "$host" >/dev/null && return 0
+	dir=$(kea_dir "$host")
+	ip netns exec "$host" setsid "$PYTHON" "$REPO_ROOT/deploy/firewall/portal-ra" run "$dir/portal-ra.json" \
+		>>"$dir/portal-ra.log" 2>&1 </dev/null &
+	for _ in $(seq 50); do
+		ra_pid "$host" >/dev/null && return 0
+		sleep 0.1
+	done
+	die "portal-ra of $host did not start (see $dir/portal-ra.log)"
 }
 
 cmd_kea() { # restart|stop HOST
@@ -557,7 +589,11 @@ cmd_client() {
 	port=$(client_port "$mac")
 	if ! ns_exists "$ns"; then
 		ip netns add "$ns"
-		ns_sysctl "$ns" net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+		# SLAAC from the router advertisement with the device's room /64 (EUI-64, as the
+		# portal computes the device's IPv6 address).
+		ns_sysctl "$ns" net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 \
+			net.ipv6.conf.all.forwarding=0 net.ipv6.conf.default.accept_ra=1 \
+			net.ipv6.conf.default.autoconf=1 net.ipv6.conf.default.addr_gen_mode=0
 		ip -n "$ns" link set lo up
 		ip -n pl-dorm link del "$port" 2>/dev/null || true
 		ip -n pl-dorm link add "$port" type veth peer name eth0 netns "$ns"
@@ -650,9 +686,11 @@ write_lab_json() {
   "known_hosts": "$LAB_VAR/known_hosts",
   "hosts": [
     {"name": "pl-nat1", "address": "${MGMT_ADDR[pl-nat1]}", "state_dir": "$LAB_VAR/pl-nat1/fw",
-     "dhcp": {"control_socket": "$LAB_VAR/pl-nat1/kea/kea4.sock", "lease_file": "$LAB_VAR/pl-nat1/kea/leases4.csv"}},
+     "dhcp": {"control_socket": "$LAB_VAR/pl-nat1/kea/kea4.sock", "lease_file": "$LAB_VAR/pl-nat1/kea/leases4.csv",
+              "ra_pid_file": "$LAB_VAR/pl-nat1/kea/portal-ra.pid"}},
     {"name": "pl-nat2", "address": "${MGMT_ADDR[pl-nat2]}", "state_dir": "$LAB_VAR/pl-nat2/fw",
-     "dhcp": {"control_socket": "$LAB_VAR/pl-nat2/kea/kea4.sock", "lease_file": "$LAB_VAR/pl-nat2/kea/leases4.csv"}}
+     "dhcp": {"control_socket": "$LAB_VAR/pl-nat2/kea/kea4.sock", "lease_file": "$LAB_VAR/pl-nat2/kea/leases4.csv",
+              "ra_pid_file": "$LAB_VAR/pl-nat2/kea/portal-ra.pid"}}
   ],
   "portal_proxy": "203.0.113.80",
   "roles": {"ipv4": "$(read_role ipv4)", "ipv6": "$(read_role ipv6)"},
@@ -719,6 +757,7 @@ cmd_up() {
 		write_kea_files "$host"
 		start_sshd "$host"
 		start_kea "$host"
+		start_ra "$host"
 	done
 	for host in "${NAT_HOSTS[@]}"; do wait_sshd "$host"; done
 	write_lab_json

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from workers.ruleset.build import build
 from workers.ruleset.diff import Incremental, diff
-from workers.ruleset.kea import kea_config
+from workers.ruleset.kea import kea_config, ra_config
 from workers.ruleset.render import Compiled, render
 from workers.ruleset.snapshot import Snapshot, SnapshotError
 
@@ -46,6 +46,7 @@ def file_artefact(name: str) -> Callable[[FileConverter], FileConverter]:
 
 
 file_artefact("kea-dhcp4")(kea_config)
+file_artefact("portal-ra")(ra_config)
 
 
 def artefact_hash(text: str) -> str:

@@ -99,3 +99,25 @@ def kea_config(snapshot: Snapshot) -> str | None:
         f'{{"hw-address": "{mac}", "ip-address": "{ip}"}}' for mac, ip in d.reservations
     )
     return f"{head}[\n{rows}\n]{tail}\n"
+
+
+RA_SOURCE = "fe80::1"  # the gateway's virtual link-local address (moves with the IPv6 role)
+
+
+def ra_config(snapshot: Snapshot) -> str | None:
+    """deploy/firewall/portal-ra's configuration: each device's room /64 by MAC."""
+    d = snapshot.dhcp
+    if d is None:
+        return None
+    interfaces = d.interfaces or snapshot.host.member_interfaces
+    config = {
+        "interface": interfaces[0],
+        "source": RA_SOURCE,
+        "router_lifetime": 1800,
+        "valid_lifetime": 86400,
+        "preferred_lifetime": 14400,
+        "refresh": 600,
+        "pid_file": d.ra_pid_file,
+        "prefixes": {mac: str(net) for mac, net in d.ra_prefixes},
+    }
+    return json.dumps(config, indent=1, sort_keys=True) + "\n"

@@ -265,10 +265,23 @@ class Dhcp:
     control_socket: str = "/run/kea/kea4-ctrl-socket"
     lease_file: str = "/var/lib/kea/kea-leases4.csv"
     interfaces: tuple[str, ...] = ()  # empty: the host's member-side interfaces
+    # IPv6: each device's room /64, advertised to that device alone (deploy/firewall/portal-ra).
+    ra_prefixes: tuple[tuple[str, IPv6Network], ...] = ()
+    ra_pid_file: str = "/run/portal-ra.pid"
 
     def __post_init__(self) -> None:
         what = "dhcp"
         _set(self, "interfaces", _ifnames(self.interfaces, f"{what} interfaces"))
+        _set(self, "ra_pid_file", _path(self.ra_pid_file, f"{what} RA pid file"))
+        ra: dict[str, IPv6Network] = {}
+        for mac, prefix in self.ra_prefixes:
+            mac = _mac(mac, f"{what} RA prefix")
+            net = _network(prefix, f"{what} RA prefix of {mac}")
+            if net.version != 6 or net.prefixlen != 64:
+                raise SnapshotError(f"{what} RA prefix of {mac}: {net} is not an IPv6 /64")
+            if ra.setdefault(mac, net) != net:
+                raise SnapshotError(f"{what} RA prefix: MAC {mac} is in two rooms")
+        _set(self, "ra_prefixes", tuple(sorted(ra.items())))
         net = _network(self.network, f"{what} network")
         if net.version != 4:
             raise SnapshotError(f"{what} network: {net} is not an IPv4 network")
@@ -1023,6 +1036,8 @@ def _dhcp_out(d: Dhcp | None) -> dict[str, Any] | None:
         "control_socket": d.control_socket,
         "lease_file": d.lease_file,
         "interfaces": list(d.interfaces),
+        "ra_prefixes": [[mac, str(net)] for mac, net in d.ra_prefixes],
+        "ra_pid_file": d.ra_pid_file,
     }
 
 
@@ -1041,6 +1056,8 @@ def _dhcp_in(doc: Any) -> Dhcp | None:
         control_socket=doc["control_socket"],
         lease_file=doc["lease_file"],
         interfaces=tuple(doc.get("interfaces", ())),
+        ra_prefixes=tuple(tuple(pair) for pair in doc.get("ra_prefixes", ())),
+        ra_pid_file=doc.get("ra_pid_file", "/run/portal-ra.pid"),
     )
 
 

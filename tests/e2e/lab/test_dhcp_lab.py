@@ -75,16 +75,25 @@ def dhcp(hosts, worker):
             serves_dhcp=True,
             kea_control_socket=entry["dhcp"]["control_socket"],
             kea_lease_file=entry["dhcp"]["lease_file"],
+            ra_pid_file=entry["dhcp"]["ra_pid_file"],
         )
     settings_row = DhcpSettings.load()
     settings_row.portal_addresses = PORTAL
     settings_row.lease_seconds = 600
     settings_row.registration_lease_seconds = 60
     settings_row.save()
+    settled()
     macs: list[str] = []
     yield macs
+    settled()  # no push of this test may be reverted by its timer during the next one
     for mac in macs:
         lab_sh("client-down", mac)
+
+
+def settled(timeout: float = 30) -> None:
+    """Wait until neither lab host holds an unconfirmed apply (its rollback timer armed)."""
+    pending = [LAB_VAR / host / "fw" / "pending.json" for host in ("pl-nat1", "pl-nat2")]
+    wait_until(lambda: not any(p.exists() for p in pending), timeout, 0.1)
 
 
 def registered(member_building, *, client_api: APIClient, name: str, mac: str) -> dict:
@@ -114,7 +123,13 @@ def wait_for_lease(mac: str, expected: str, verb: str = "client", timeout: float
         ask_verb = "client-renew"
         verb = ask_verb
         time.sleep(0.3)
-    raise AssertionError(f"{mac} never leased {expected}: {seen[-5:]}")
+    hosts = [(h.name, h.push_status, h.error_reason[-300:]) for h in FirewallHost.objects.all()]
+    logs = {
+        host: (LAB_VAR / host / "kea" / "kea.log").read_text()[-1500:]
+        for host in ("pl-nat1", "pl-nat2")
+        if (LAB_VAR / host / "kea" / "kea.log").exists()
+    }
+    raise AssertionError(f"{mac} never leased {expected}: {seen[-5:]}; hosts {hosts}; Kea {logs}")
 
 
 def test_a_device_registered_through_the_api_leases_its_reserved_address_and_its_forward_answers(
@@ -272,7 +287,10 @@ def test_a_kea_configuration_the_host_refuses_stops_the_rollout_at_that_host(dhc
     dhcp.append(mac)
     first = registered(member.room.building, client_api=api, name="one", mac=mac)
     assert wait_for_lease(mac, first["ipv4"]) == first["ipv4"]
-    nat2_before = (LAB_VAR / "pl-nat2" / "kea" / "kea-dhcp4.conf").read_text()
+    nat2_conf = LAB_VAR / "pl-nat2" / "kea" / "kea-dhcp4.conf"
+    assert wait_until(lambda: mac in nat2_conf.read_text(), 20, 0.1)  # the rollout went on
+    settled()
+    nat2_before = nat2_conf.read_text()
 
     # A typo in pl-nat1's DHCP interfaces: its real `kea-dhcp4 -t` refuses the configuration.
     FirewallHost.objects.filter(name="pl-nat1").update(dhcp_interfaces="dorm0,dorm9")
@@ -289,7 +307,8 @@ def test_a_kea_configuration_the_host_refuses_stops_the_rollout_at_that_host(dhc
     site = Site.objects.get(pk=host.site_id)
     assert site.status == "failed"
     # pl-nat2 never saw it: its configuration is what it was, and DHCP still works everywhere.
-    assert (LAB_VAR / "pl-nat2" / "kea" / "kea-dhcp4.conf").read_text() == nat2_before
+    nat2_log = (LAB_VAR / "pl-nat2" / "fw" / "log.jsonl").read_text()[-3000:]
+    assert (LAB_VAR / "pl-nat2" / "kea" / "kea-dhcp4.conf").read_text() == nat2_before, nat2_log
     assert "02:00:00:12:00:05" not in (LAB_VAR / "pl-nat1" / "kea" / "kea-dhcp4.conf").read_text()
     assert client(mac, "client-renew") == first["ipv4"]
 
@@ -354,3 +373,59 @@ def test_dhcp_keeps_serving_while_the_portals_services_are_down(dhcp):
         )
         assert started.returncode == 0, started.stderr
         connections.close_all()
+
+
+SERVER6 = """
+import socket, sys, select, time
+s = socket.socket(socket.AF_INET6)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(16)
+deadline = time.monotonic() + 90
+while time.monotonic() < deadline:
+    if select.select([s], [], [], 0.5)[0]:
+        conn, _ = s.accept()
+        conn.sendall(b"hello over IPv6")
+        conn.close()
+"""
+
+
+def global_ipv6(ns: str) -> list[str]:
+    out = in_ns(ns, "ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "global").stdout
+    return [line.split()[3].split("/")[0] for line in out.splitlines()]
+
+
+def test_slaac_gives_the_device_its_address_in_its_rooms_64_and_an_ipv6_opening_works(dhcp):
+    """The IPv6 gateway host advertises each device's room /64 to that device alone; the
+    device's EUI-64 address is the one the portal computed, so its opening answers."""
+    member = member_active()
+    api = APIClient()
+    api.force_authenticate(member.user)
+    mac = "02:00:00:12:00:09"
+    dhcp.append(mac)
+    device = registered(member.room.building, client_api=api, name="server", mac=mac)
+    assert device["ipv6"], device
+    assert wait_for_lease(mac, device["ipv4"]) == device["ipv4"]
+    ns = ns_of(mac)
+    assert wait_until(lambda: device["ipv6"] in global_ipv6(ns), 20, 0.2), global_ipv6(ns)
+    assert len(global_ipv6(ns)) == 1  # its own room's prefix only, not every room's
+    route = in_ns(ns, "ip", "-6", "route", "show", "default").stdout
+    assert "via fe80::1" in route, route
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", ns, "python3", "-c", SERVER6, device["ipv6"], "8443"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        response = api.post(
+            "/api/ipv6-openings/",
+            {"device": device["id"], "protocol": "tcp", "ports": "8443"},
+            format="json",
+        )
+        assert response.status_code == 201, response.content
+        assert wait_until(
+            lambda: connect("pl-inet", device["ipv6"], 8443) == "hello over IPv6", 20, 0.2
+        ), connect("pl-inet", device["ipv6"], 8443)
+    finally:
+        server.kill()
+        server.wait(timeout=5)

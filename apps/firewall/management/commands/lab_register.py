@@ -81,8 +81,9 @@ class Command(BaseCommand):
             "serves_dhcp": True,
             "kea_control_socket": str(dhcp["control_socket"]),
             "kea_lease_file": str(dhcp["lease_file"]),
+            "ra_pid_file": str(dhcp.get("ra_pid_file", "/run/portal-ra.pid")),
         }
-        for name in ("kea_control_socket", "kea_lease_file"):
+        for name in ("kea_control_socket", "kea_lease_file", "ra_pid_file"):
             try:
                 HOST_PATH_VALIDATOR(fields[name])
             except ValidationError:
