@@ -429,3 +429,33 @@ def test_slaac_gives_the_device_its_address_in_its_rooms_64_and_an_ipv6_opening_
     finally:
         server.kill()
         server.wait(timeout=5)
+
+
+def test_a_hand_edit_of_keas_configuration_is_drift_and_is_repaired(dhcp):
+    from apps.health.services import host_health_collect
+    from workers.health import firewall_health_collect
+
+    member = member_active()
+    api = APIClient()
+    api.force_authenticate(member.user)
+    mac = "02:00:00:12:00:0a"
+    dhcp.append(mac)
+    device = registered(member.room.building, client_api=api, name="pc", mac=mac)
+    conf = LAB_VAR / "pl-nat1" / "kea" / "kea-dhcp4.conf"
+    assert wait_until(lambda: mac in conf.read_text(), 20, 0.1)
+    settled()
+    pushed = conf.read_text()
+    conf.write_text(pushed.replace(device["ipv4"], "10.100.99.99"))  # someone "fixes" it by hand
+
+    host = FirewallHost.objects.get(name="pl-nat1")
+    host.digest_checked_at = None
+    host.save(update_fields=["digest_checked_at"])
+    host_health_collect(host=host)
+    host.refresh_from_db()
+    assert host.drift == ["file:kea-dhcp4"]
+
+    firewall_health_collect()  # the beat repairs it: the pushed text is back, and Kea runs it
+    assert conf.read_text() == pushed
+    host.refresh_from_db()
+    assert host.drift == []
+    assert client(mac) == device["ipv4"]
