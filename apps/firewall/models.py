@@ -108,6 +108,15 @@ class FirewallHost(models.Model):
         _("member-side interfaces"), max_length=200, default="dorm0"
     )
     uplink_interfaces = models.CharField(_("uplink interfaces"), max_length=200, default="inet0")
+    management_interfaces = models.CharField(
+        _("management interfaces"),
+        max_length=200,
+        blank=True,
+        help_text=_(
+            "Where the management network arrives; only from there may it reach members. Empty: "
+            "management addresses pass between the member and uplink sides only."
+        ),
+    )
     shaping_root = models.CharField(
         _("shaping layout"),
         max_length=8,
@@ -237,6 +246,22 @@ class FirewallHost(models.Model):
         if both and "uplink_interfaces" not in errors:
             errors["uplink_interfaces"] = _("%(name)s is also a member-side interface.") % {
                 "name": sorted(both)[0]
+            }
+        for field in ("management_interfaces", "dhcp_interfaces"):
+            names = self.interface_names(field)
+            if not all(IFNAME_RE.fullmatch(n) for n in names):
+                errors[field] = _(
+                    "Interface names, separated by commas, each 1 to 15 characters of "
+                    "A-Z a-z 0-9 _ . -"
+                )
+        data_sides = {
+            *self.interface_names("member_interfaces"),
+            *self.interface_names("uplink_interfaces"),
+        }
+        clash = set(self.interface_names("management_interfaces")) & data_sides
+        if clash and "management_interfaces" not in errors:
+            errors["management_interfaces"] = _("%(name)s is also a data interface.") % {
+                "name": sorted(clash)[0]
             }
         if self.shaping_root == ShapingRoot.HTB and self.tx_queues != 1:
             errors["tx_queues"] = _("One HTB has one queue: choose the mq layout for more.")

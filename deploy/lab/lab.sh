@@ -10,6 +10,8 @@
 #                      IPv6 2001:db8:100::/48 to the active IPv6 firewall
 #   pl-mgmt            root-namespace bridge 10.255.255.1/28 <-> pl-nat1 .11, pl-nat2 .12 (a /28,
 #                      not /24: the machine's resolver 10.255.255.53 must stay reachable)
+#   pl-sync            the pair's state-sync link, a veth between the hosts: 10.255.254.1/30 on
+#                      pl-nat1, .2 on pl-nat2 (nothing is ever forwarded onto it)
 #
 # Nothing but the connected management /28 is routed from the root namespace.  Keys, sshd
 # configs, pid files and the firewall helper's per-host state live in <repo>/var/lab/.
@@ -242,6 +244,10 @@ make_mgmt() {
 make_fw_links() { # the firewall host's member side and Internet side, addresses and routes
 	local host=$1 n=${HOST_NUM[$1]}
 	ns_sysctl "$host" net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+	# No pickup of mid-stream TCP: an unknown ACK is invalid, not a new entry (ACK floods);
+	# connections survive a failover through conntrackd's state sync instead.
+	modprobe nf_conntrack 2>/dev/null || true
+	ns_sysctl "$host" net.netfilter.nf_conntrack_tcp_loose=0
 	link_to_bridge "$host" dorm0 pl-dorm
 	link_to_bridge "$host" inet0 pl-inet
 	ip -n "$host" addr replace "10.100.0.$n/16" dev dorm0
@@ -252,6 +258,19 @@ make_fw_links() { # the firewall host's member side and Internet side, addresses
 	ip -n "$host" -6 route replace default via 2001:db8:ffff::fe dev inet0
 }
 
+make_sync_link() { # the pair's dedicated state-sync link (conntrackd): pl-sync on both hosts
+	if ! ns_link_exists pl-nat1 pl-sync; then
+		ip -n pl-nat2 link del pl-sync 2>/dev/null || true
+		ip -n pl-nat1 link add pl-sync type veth peer name pl-sync netns pl-nat2
+	fi
+	ns_sysctl pl-nat1 net.ipv6.conf.pl-sync.disable_ipv6=1
+	ns_sysctl pl-nat2 net.ipv6.conf.pl-sync.disable_ipv6=1
+	ip -n pl-nat1 addr replace 10.255.254.1/30 dev pl-sync
+	ip -n pl-nat2 addr replace 10.255.254.2/30 dev pl-sync
+	ip -n pl-nat1 link set pl-sync up
+	ip -n pl-nat2 link set pl-sync up
+}
+
 make_topology() {
 	local ns host n
 	for ns in "${NAMESPACES[@]}"; do make_ns "$ns"; done
@@ -259,6 +278,7 @@ make_topology() {
 	make_bridge pl-inet br0
 	make_mgmt
 	for host in "${NAT_HOSTS[@]}"; do make_fw_links "$host"; done
+	make_sync_link
 	# Member side: the switch itself has .254/::fe; devices get /32 and /128 on br0.
 	ip -n pl-dorm addr replace 10.100.0.254/16 dev br0
 	ip -n pl-dorm addr replace 2001:db8:100::fe/48 dev br0 nodad

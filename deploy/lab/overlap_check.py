@@ -20,6 +20,7 @@ LAB_RANGES = [
     # /24, because machines here resolve names through 10.255.255.53, which a /24 on a lab link
     # would shadow (cutting the machine off DNS while the lab is up).
     "10.255.255.0/28",
+    "10.255.254.0/30",  # the pair's sync link (pl-sync, between the two hosts only)
     "10.100.0.0/16",  # private member space
     "198.51.100.0/24",  # public pool
     "203.0.113.0/24",  # Internet side

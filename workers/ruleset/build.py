@@ -421,6 +421,20 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
         to_members.append("icmpv6 type echo-request accept")
     to_members.append("drop")
     dnat = "dnat ip addr . port to ip daddr . th dport map"
+    sides = _ifset((*host.member_interfaces, *host.uplink_interfaces))
+    if host.management_interfaces:
+        # The management network reaches members and the Internet side from its own link only
+        # (a management source address arriving from pl-inet or pl-dorm is a spoof).
+        mgmt = _ifset(host.management_interfaces)
+        management = (
+            f"iifname {mgmt} oifname {sides} ip saddr @mgmt4 accept",
+            f"iifname {mgmt} oifname {sides} ip6 saddr @mgmt6 accept",
+        )
+    else:
+        management = (
+            f"iifname {sides} oifname {sides} ip saddr @mgmt4 accept",
+            f"iifname {sides} oifname {sides} ip6 saddr @mgmt6 accept",
+        )
     return (
         Chain(
             "dstnat",
@@ -438,19 +452,19 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
         Chain(
             "forward",
             (
+                # Every path a host forwards is named here; anything else (the sync and the
+                # management links above all) meets the drop policy, counted in the last rule.
                 "ct state established,related accept",
-                "ct state invalid drop",
-                "ip saddr @mgmt4 accept",
-                "ip daddr @mgmt4 accept",
-                "ip6 saddr @mgmt6 accept",
-                "ip6 daddr @mgmt6 accept",
-                f"iifname {mem} jump from_members",
-                f"oifname {mem} jump to_members",
+                "ct state invalid counter drop",
+                *management,
+                f"iifname {mem} oifname {up} jump from_members",
+                f"iifname {up} oifname {mem} jump to_members",
+                'counter comment "no allowed path: dropped by the policy"',
             ),
             "filter",
             "forward",
             "filter",
-            "accept",
+            "drop",
         ),
         Chain(
             "from_members",

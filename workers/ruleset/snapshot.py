@@ -482,6 +482,8 @@ class Host:
     link_kbit: int = 10_000_000
     private_networks: tuple[IPv4Network, ...] = ()
     public_networks: tuple[IPv4Network, ...] = ()
+    # Where the management network arrives (empty: between the member and uplink sides only).
+    management_interfaces: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _HOSTNAME_RE.fullmatch(self.name):
@@ -491,6 +493,13 @@ class Host:
         what = f"host {self.name}"
         _set(self, "uplink_interfaces", _ifnames(self.uplink_interfaces, f"{what} uplink"))
         _set(self, "member_interfaces", _ifnames(self.member_interfaces, f"{what} member side"))
+        _set(
+            self,
+            "management_interfaces",
+            _ifnames(self.management_interfaces, f"{what} management"),
+        )
+        if set(self.management_interfaces) & {*self.uplink_interfaces, *self.member_interfaces}:
+            raise SnapshotError(f"{what}: a management interface is also a data interface")
         if not self.uplink_interfaces or not self.member_interfaces:
             raise SnapshotError(f"{what}: needs at least one uplink and one member interface")
         both = set(self.uplink_interfaces) & set(self.member_interfaces)
@@ -994,6 +1003,7 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
             "link_kbit": h.link_kbit,
             "private_networks": [str(n) for n in h.private_networks],
             "public_networks": [str(n) for n in h.public_networks],
+            "management_interfaces": list(h.management_interfaces),
         },
     }
     tail = {
@@ -1093,6 +1103,7 @@ def snapshot_from_json(text: str | bytes) -> Snapshot:
             link_kbit=h["link_kbit"],
             private_networks=tuple(h["private_networks"]),
             public_networks=tuple(h["public_networks"]),
+            management_interfaces=tuple(h.get("management_interfaces", ())),
         )
         members = tuple(_member_in(row) for row in doc["members"])
         dhcp = _dhcp_in(doc.get("dhcp"))

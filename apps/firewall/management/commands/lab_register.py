@@ -59,6 +59,7 @@ class Command(BaseCommand):
                         "rollout_order": order,
                         "member_interfaces": interfaces.get("member_side", "dorm0"),
                         "uplink_interfaces": interfaces.get("internet_side", "inet0"),
+                        "management_interfaces": interfaces.get("management", ""),
                         **self._dhcp_fields(entry),
                     },
                 )
