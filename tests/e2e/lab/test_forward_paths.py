@@ -176,8 +176,8 @@ def test_members_reach_the_internet_and_a_mid_stream_ack_creates_no_entry(paths)
     # nf_conntrack_tcp_loose = 0, dropped and counted, and no conntrack entry made for them.
     in_ns("pl-inet", "ip", "route", "replace", "10.100.0.0/16", "via", "203.0.113.1")
     before = invalid_drops("pl-nat1")
-    in_ns("pl-inet", "python3", "-c", ACK, "203.0.113.10", DEVICE, "22")
+    in_ns("pl-inet", "python3", "-c", ACK, "203.0.113.10", DEVICE, "2323")
     assert invalid_drops("pl-nat1") - before == 20
     entries = in_ns("pl-nat1", "cat", "/proc/net/nf_conntrack").stdout
     assert "dport=40000 " in entries  # the table lists the members' flows ...
-    assert "dport=22 " not in entries  # ... and nothing for the ACKs
+    assert "dport=2323 " not in entries  # ... and nothing for the ACKs
