@@ -456,6 +456,11 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 # management links above all) meets the drop policy, counted in the last rule.
                 "ct state established,related accept",
                 "ct state invalid counter drop",
+                # DNS with the network's resolvers, untracked by the early chain: both ways.
+                f"iifname {mem} oifname {up} ct state untracked ip daddr @dns4"
+                " meta l4proto { tcp, udp } th dport 53 accept",
+                f"iifname {up} oifname {mem} ct state untracked ip saddr @dns4"
+                " meta l4proto { tcp, udp } th sport 53 accept",
                 *management,
                 f"iifname {mem} oifname {up} jump from_members",
                 f"iifname {up} oifname {mem} jump to_members",
@@ -488,6 +493,27 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
             "filter",
             "prerouting",
             "mangle",
+            "accept",
+        ),
+        Chain(
+            "early",
+            (
+                # Before conntrack sees them (raw priority): TCP packets no real stack sends.
+                # Each reason has its own counter (staff see which flood it was).
+                'tcp flags & (syn | ack) == syn tcp window 0 counter drop comment "malformed: SYN with window 0"',
+                'tcp flags & (syn | ack) == syn tcp doff 5 counter drop comment "malformed: SYN without options"',
+                'tcp flags & (fin | syn) == fin | syn counter drop comment "malformed: SYN and FIN"',
+                'tcp flags & (syn | rst) == syn | rst counter drop comment "malformed: SYN and RST"',
+                'tcp flags & (fin | syn | rst | psh | ack | urg) == 0x0 counter drop comment "malformed: no flags"',
+                'tcp flags & (fin | ack) == fin counter drop comment "malformed: FIN without ACK"',
+                # The network's own resolvers: DNS between them and the members bypasses
+                # conntrack both ways (its entries would cost more than the answers).
+                f"iifname {mem} ip daddr @dns4 meta l4proto {{ tcp, udp }} th dport 53 notrack",
+                f"iifname {up} ip saddr @dns4 meta l4proto {{ tcp, udp }} th sport 53 notrack",
+            ),
+            "filter",
+            "prerouting",
+            "raw",
             "accept",
         ),
         Chain(
