@@ -107,6 +107,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "apps.core.metrics.RequestLatencyMiddleware",  # portal_http_request_seconds per view
     "django.middleware.security.SecurityMiddleware",
     # Answers warm /status/ requests before sessions, auth, CSRF and messages (apps.tickets).
     "apps.tickets.middleware.StatusPageMiddleware",
@@ -217,6 +218,10 @@ CELERY_BEAT_SCHEDULE = {
 
 # Reverse proxies whose X-Forwarded-For is believed (apps/core/clientip.py); networks.
 PORTAL_TRUSTED_PROXIES = env_list("PORTAL_TRUSTED_PROXIES", "127.0.0.1/32,::1/128")
+
+# /metrics: from these networks, or with "Authorization: Bearer PORTAL_METRICS_TOKEN".
+PORTAL_METRICS_NETWORKS = env_list("PORTAL_METRICS_NETWORKS", "127.0.0.1/32,::1/128")
+PORTAL_METRICS_TOKEN = os.environ.get("PORTAL_METRICS_TOKEN", "")
 
 # --- Firewalls ------------------------------------------------------------------------------
 PORTAL_FIREWALL_SSH_KEY = os.environ.get(

@@ -1,8 +1,10 @@
 from django.urls import path
 
 from apps.core import views
+from apps.core.metrics import healthz_view, metrics_view
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", healthz_view, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
 ]

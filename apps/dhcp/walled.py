@@ -20,6 +20,7 @@ ALLOWED_PREFIXES = (
     "/i18n/",
     "/static/",
     "/healthz",
+    "/metrics",
 )
 _CACHE_SECONDS = 10.0
 _cache: tuple[float, tuple[ipaddress.IPv4Network, ...]] = (0.0, ())
