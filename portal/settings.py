@@ -285,7 +285,9 @@ AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = True
-AXES_IPWARE_PROXY_COUNT = env_int("AXES_PROXY_COUNT", 0)
+# The lockout and the sign-up limits count per real client, behind the trusted proxies
+# (PORTAL_TRUSTED_PROXIES), not per nginx.
+AXES_CLIENT_IP_CALLABLE = "apps.core.clientip.client_ip"
 
 # --- Mail -----------------------------------------------------------------------------------
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "")

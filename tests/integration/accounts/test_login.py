@@ -89,3 +89,29 @@ def test_switching_to_german_translates_the_pages(client_for):
     german = client.get(reverse("members:office_hours"))
     assert german.content.count(b"Sprechstunde") >= 2
     assert b'<html lang="de">' in german.content
+
+
+def login_from(client, username, password, *, peer="127.0.0.1", forwarded=None):
+    extra = {"REMOTE_ADDR": peer}
+    if forwarded:
+        extra["HTTP_X_FORWARDED_FOR"] = forwarded
+    return client.post(reverse("login"), {"username": username, "password": password}, **extra)
+
+
+def test_behind_the_proxy_one_attacker_does_not_lock_out_everybody(client, make_user):
+    """nginx on loopback passes every client; the lockout counts the real client address."""
+    make_user("admin2")
+    for _ in range(5):
+        login_from(client, "admin2", "wrong", forwarded="198.51.100.66")
+    assert login_from(client, "admin2", PASSWORD, forwarded="198.51.100.66").status_code == 429
+    client.logout()
+    other = login_from(client, "admin2", PASSWORD, forwarded="198.51.100.7")
+    assert other.status_code == 302  # the real admin, from elsewhere, gets in
+
+
+def test_a_forged_forwarded_header_from_an_untrusted_peer_is_ignored(client, make_user):
+    make_user("vera")
+    for n in range(5):  # a direct client rotating a forged header: still one client
+        login_from(client, "vera", "wrong", peer="192.0.2.5", forwarded=f"198.51.100.{n}")
+    locked = login_from(client, "vera", PASSWORD, peer="192.0.2.5", forwarded="198.51.100.99")
+    assert locked.status_code == 429
