@@ -121,6 +121,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "apps.core.htmx.HtmxLoginRedirectMiddleware",  # a lost session: one redirect, not 5 forms
     "axes.middleware.AxesMiddleware",
 ]
 
