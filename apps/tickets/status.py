@@ -21,11 +21,14 @@ _local_html: dict[str, tuple[float, str]] = {}
 
 
 def _incident_dict(incident: Any) -> dict[str, Any]:
+    from apps.tickets.choices import IncidentPhase, IncidentSeverity
+
     return {
         "id": incident.pk,
         "title": incident.title,
         "severity": incident.severity,
-        "severity_label": str(incident.get_severity_display()),
+        # Lazy labels: rendered in each reader's language (the HTML is cached per language).
+        "severity_label": IncidentSeverity(incident.severity).label,
         "buildings": [b.name or b.code for b in incident.buildings.all()],
         "affected": list(incident.affected),
         "started_at": incident.started_at,
@@ -33,7 +36,7 @@ def _incident_dict(incident: Any) -> dict[str, Any]:
         "updates": [
             {
                 "phase": u.phase,
-                "phase_label": str(u.get_phase_display()),
+                "phase_label": IncidentPhase(u.phase).label,
                 "body": u.body,
                 "created_at": u.created_at,
             }

@@ -7,7 +7,7 @@ from django.test import Client
 from django.urls import reverse
 
 from apps.firewall.models import FirewallHost
-from apps.tickets.services import incident_declare
+from apps.tickets.services import incident_declare, incident_update_post
 from apps.tickets.status import status_cache_clear, status_data
 from tests.factories import UserFactory
 
@@ -66,3 +66,18 @@ def test_no_firewalls_no_summary():
     status_cache_clear()
     page = Client().get(reverse("tickets:status_page")).text
     assert 'data-testid="firewall-summary"' not in page
+
+
+def test_severity_and_phase_read_in_the_readers_language():
+    support = UserFactory(roles=["support"])
+    incident = incident_declare(actor=support, title="Fiber cut", severity="major")
+    incident_update_post(incident=incident, actor=support, phase="investigating", body="Looking.")
+    status_cache_clear()
+    url = reverse("tickets:status_page")
+    english = Client().get(url, HTTP_ACCEPT_LANGUAGE="en").text  # built (and cached) in English
+    german = Client().get(url, HTTP_ACCEPT_LANGUAGE="de").text
+    assert "Partial outage" in english
+    assert "Investigating" in english
+    assert "Teilausfall" in german
+    assert "Partial outage" not in german
+    assert "Wird untersucht" in german
