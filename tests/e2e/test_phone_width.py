@@ -1,0 +1,73 @@
+"""Every page type fits a 390 px phone without sideways scrolling (tables scroll in their own
+box, the navigation wraps); the same pages at 1280 px do not overflow either."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.firewall.models import FirewallHost
+from tests.factories import (
+    PASSWORD,
+    UserFactory,
+    device_add,
+    forward_add,
+    member_active,
+    opening_add,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OVERFLOW = "document.documentElement.scrollWidth - window.innerWidth"
+
+
+@pytest.fixture
+def data():
+    member = member_active()
+    member.user.username = "rita"
+    member.user.set_password(PASSWORD)
+    member.user.save()
+    for name in ("laptop-with-a-long-name", "tv", "console"):
+        device = device_add(member, name)
+    forward_add(member, device, "27015-27020")
+    opening_add(device, "22")
+    FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    for username, role in (("vic", "volunteer"), ("sue", "support"), ("ada", "admin")):
+        UserFactory(username=username, roles=[role])
+    return member
+
+
+PAGES = {
+    None: ["/accounts/login/", "/signup/", "/status/"],
+    "rita": ["/me/", "/tickets/"],
+    "vic": [
+        "/office-hours/",
+        "/office-hours/members/{member}/",
+        "/firewalls/",
+        "/firewalls/pl-nat1/",
+    ],
+    "sue": ["/support/tickets/", "/support/incidents/"],
+    "ada": ["/system/"],
+}
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_no_page_scrolls_sideways(django_db_setup, browser, live_server, data, width):
+    too_wide = []
+    for user, paths in PAGES.items():
+        context = browser.new_context(
+            base_url=live_server.url, locale="en-GB", viewport={"width": width, "height": 900}
+        )
+        page = context.new_page()
+        if user:
+            page.goto("/accounts/login/")
+            page.get_by_label("Username").fill(user)
+            page.get_by_label("Password").fill(PASSWORD)
+            page.get_by_role("button", name="Log in").click()
+            page.wait_for_load_state()
+        for path in paths:
+            page.goto(path.format(member=data.pk))
+            overflow = page.evaluate(OVERFLOW)
+            if overflow > 0:
+                too_wide.append(f"{path} as {user}: {overflow} px too wide")
+        context.close()
+    assert too_wide == []
