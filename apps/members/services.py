@@ -16,6 +16,7 @@ from django.contrib.postgres.fields.ranges import DateTimeTZRange
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
 from apps.accounts.roles import Role
@@ -185,8 +186,18 @@ def _test_access_profile(profile: ShapingProfile | None) -> ShapingProfile:
 
 
 def _test_access_until_check(until: dt.date) -> None:
-    if until <= timezone.localdate():
+    from apps.network.models import NetworkSettings
+
+    today = timezone.localdate()
+    if until <= today:
         raise MemberStateError(_("The test access must end after today."), field="until")
+    longest = NetworkSettings.load().test_access_max_days
+    if until > today + dt.timedelta(days=longest):
+        raise MemberStateError(
+            _("A test access may last at most %(days)s days: until %(last)s at the latest.")
+            % {"days": longest, "last": date_format(today + dt.timedelta(days=longest))},
+            field="until",
+        )
 
 
 @transaction.atomic
@@ -199,6 +210,12 @@ def member_test_access_grant(
     _refuse_unless(member, MemberStatus.PENDING, MemberStatus.TEST, action=_("A test access"))
     _test_access_until_check(until)
     profile = _test_access_profile(profile)
+    if (
+        member.status == MemberStatus.TEST
+        and member.test_access_until == until
+        and TestAccess.objects.filter(member=member, profile=profile).exists()
+    ):
+        return member  # the same grant again (a double submit): no second history entry
     room_require_subnet(room=member.room)
     public_ipv4_allocate(member=member, actor=actor)
     old_profile = TestAccess.objects.filter(member=member).select_related("profile").first()

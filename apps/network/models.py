@@ -162,6 +162,12 @@ class NetworkSettings(models.Model):
     ipv6_opening_limit = models.PositiveSmallIntegerField(
         _("IPv6 openings per member"), default=20, validators=[MaxValueValidator(1000)]
     )
+    test_access_max_days = models.PositiveSmallIntegerField(
+        _("longest test access (days)"),
+        default=60,
+        validators=[MinValueValidator(1), MaxValueValidator(366)],
+        help_text=_("Grants and extensions may not end later than this many days from today."),
+    )
     test_access_notice_days = models.PositiveSmallIntegerField(
         _("mail test-access members this many days before the end"),
         default=3,

@@ -167,3 +167,39 @@ def test_task_mails_once_n_days_before(django_capture_on_commit_callbacks):
     member_test_access_extend(member=member, until=until + dt.timedelta(days=7), actor=None)
     _run_task(django_capture_on_commit_callbacks, until + dt.timedelta(days=4))
     assert len(mail.outbox) == 2
+
+
+def test_a_test_access_longer_than_the_admin_setting_is_refused_and_changes_nothing():
+    pool_create()
+    member = MemberFactory()
+    seven_months = TODAY + dt.timedelta(days=210)
+    with pytest.raises(MemberStateError, match="at most 60 days") as refused:
+        member_test_access_grant(member=member, until=seven_months, actor=None)
+    assert refused.value.field == "until"
+    member.refresh_from_db()
+    assert member.status == MemberStatus.PENDING
+    assert not PublicAddress.objects.filter(member=member).exists()
+    NetworkSettings.objects.filter(pk=1).update(test_access_max_days=240)
+    member = member_test_access_grant(member=member, until=seven_months, actor=None)
+    assert member.test_access_until == seven_months
+
+
+def test_extending_beyond_the_longest_test_access_is_refused():
+    member = member_on_test()
+    with pytest.raises(MemberStateError, match="at most 60 days"):
+        member_test_access_extend(member=member, until=TODAY + dt.timedelta(days=61), actor=None)
+    member = member_test_access_extend(
+        member=member, until=TODAY + dt.timedelta(days=60), actor=None
+    )
+    assert member.test_access_until == TODAY + dt.timedelta(days=60)
+
+
+def test_the_same_grant_twice_writes_one_history_entry():
+    from apps.members.models import StatusChange
+
+    pool_create()
+    member = MemberFactory()
+    until = TODAY + dt.timedelta(days=14)
+    member_test_access_grant(member=member, until=until, actor=None)
+    member_test_access_grant(member=member, until=until, actor=None)  # a double submit
+    assert StatusChange.objects.filter(member=member, new_status=MemberStatus.TEST).count() == 1
