@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import formats, timezone
 
 from apps.members.choices import MemberStatus
-from apps.network.models import Ipv6Opening, PortForward
+from apps.network.models import Ipv6Opening, PortForward, ShapingProfile
 from tests.factories import (
     MemberFactory,
     UserFactory,
@@ -253,7 +253,8 @@ def test_grant_and_extend_refresh_the_panel_in_place_with_the_new_date():
     refused = client.post(url, {"grant-until": str(timezone.localdate())}, **HX)
     assert 'id="grant-until-error"' in refused.content.decode()
     until = timezone.localdate() + dt.timedelta(days=5)
-    response = client.post(url, {"grant-until": str(until)}, **HX)
+    profile = ShapingProfile.default().pk
+    response = client.post(url, {"grant-until": str(until), "grant-profile": profile}, **HX)
     assert "HX-Redirect" not in response.headers  # a redirect to "#test-access" changed nothing
     body = response.content.decode()
     shown = formats.date_format(until, "SHORT_DATE_FORMAT")
@@ -268,7 +269,7 @@ def test_grant_and_extend_refresh_the_panel_in_place_with_the_new_date():
     later = until + dt.timedelta(days=7)
     body = client.post(
         reverse("network:test_access_action", args=[member.pk, "extend"]),
-        {"extend-until": str(later)},
+        {"extend-until": str(later), "extend-profile": profile},
         **HX,
     ).content.decode()
     shown_later = formats.date_format(later, "SHORT_DATE_FORMAT")
@@ -279,7 +280,7 @@ def test_grant_and_extend_refresh_the_panel_in_place_with_the_new_date():
     # Without htmx: the member page again, with the message.
     plain = client.post(
         reverse("network:test_access_action", args=[member.pk, "extend"]),
-        {"extend-until": str(later + dt.timedelta(days=1))},
+        {"extend-until": str(later + dt.timedelta(days=1)), "extend-profile": profile},
         follow=True,
     ).content.decode()
     assert "Test access extended until" in plain
