@@ -7,6 +7,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views import View
 
@@ -50,7 +51,8 @@ class FirewallHostDetailView(StaffRequiredMixin, View):
             "host": host,
             "sample": sample,
             "warnings": host_warnings(host=host, sample=sample),
-            "series": host_health_series(host=host),
+            # The charts draw times in the portal's zone, not the browser's.
+            "series": {**host_health_series(host=host), "tz": timezone.get_current_timezone_name()},
             "log_page": log_page,
             "versions": versions,
             "audit": Paginator(audit_for_object(obj=host), 20).get_page(

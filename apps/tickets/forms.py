@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -10,6 +9,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from apps.core.localtime import zone_label
 from apps.members.models import Building
 from apps.tickets.choices import IncidentPhase, IncidentSeverity, TicketStatus
 from apps.tickets.models import Incident, Queue
@@ -67,8 +67,10 @@ class MemberPostForm(forms.Form):
 
 
 def _default_start() -> Any:
-    # Outages are usually declared a while after they began; tickets since then get linked.
-    return (timezone.localtime() - timedelta(hours=1)).replace(second=0, microsecond=0)
+    # Now, on the portal's clock: an earlier default ("an hour ago") read as a UTC clock and
+    # put "since 20:12" beside the incident's own first update at 21:12. Whoever knows better
+    # sets the real start; tickets since then get linked.
+    return timezone.localtime().replace(second=0, microsecond=0)
 
 
 class IncidentForm(forms.Form):
@@ -102,6 +104,14 @@ class IncidentForm(forms.Form):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
     )
     public = forms.BooleanField(label=_("Show on the status page"), required=False, initial=True)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The browser sends datetime-local without a zone: it is read in the portal's zone.
+        self.fields["started_at"].help_text = _(
+            "Local time, %(zone)s. Set it to when the problem began: tickets since then are "
+            "linked automatically."
+        ) % {"zone": zone_label()}
 
     def clean_affected(self) -> list[str]:
         return split_list(self.cleaned_data["affected"])
