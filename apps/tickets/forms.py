@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
@@ -33,11 +34,18 @@ class NoteForm(forms.Form):
     body = forms.CharField(label=_("Internal note"), widget=forms.Textarea(attrs={"rows": 3}))
 
 
+class IncidentChoiceField(forms.ModelChoiceField):
+    """An incident picker that names each by number, start day and title."""
+
+    def label_from_instance(self, obj: Any) -> str:
+        return obj.choice_label
+
+
 class TicketUpdateForm(forms.Form):
     status = forms.ChoiceField(label=_("Status"), choices=TicketStatus.choices)
     assignee = forms.ModelChoiceField(label=_("Assignee"), queryset=None, required=False)
     queue = forms.ModelChoiceField(label=_("Queue"), queryset=Queue.objects.all(), required=False)
-    incident = forms.ModelChoiceField(
+    incident = IncidentChoiceField(
         label=_("Incident"),
         queryset=Incident.objects.filter(ended_at__isnull=True),
         required=False,
@@ -134,16 +142,35 @@ class MassReplyForm(forms.Form):
     solve = forms.BooleanField(label=_("and mark them solved"), required=False)
 
 
+# A typo such as 1-100000 must not make a hundred thousand lookups.
+LINK_MAX_TICKETS = 500
+
+
 class LinkForm(forms.Form):
-    tickets = forms.CharField(label=_("Ticket numbers"), help_text=_("e.g. 12, 15, #17"))
+    tickets = forms.CharField(
+        label=_("Ticket numbers"), help_text=_("e.g. 12, 15, #17 or a range 334-353")
+    )
 
     def clean_tickets(self) -> list[int]:
-        numbers = []
-        for item in split_list(self.cleaned_data["tickets"].replace(" ", ",")):
-            item = item.lstrip("#")
-            if not item.isdigit():
+        """The numbers in the order given, each once; ranges (334-353, #334-#353, with an en dash too) expanded."""
+        text = re.sub(r"\s*[-\u2013]\s*", "-", self.cleaned_data["tickets"])  # "334 - 353"
+        numbers: dict[int, None] = {}
+        for item in split_list(text.replace(" ", ",")):
+            first, dash, last = item.partition("-")
+            first, last = first.strip().lstrip("#"), last.strip().lstrip("#")
+            if not first.isdigit() or (dash and not last.isdigit()):
                 raise forms.ValidationError(
-                    _("Not a ticket number: %(item)s"), params={"item": item}
+                    _("Not a ticket number or range: %(item)s"), params={"item": item}
                 )
-            numbers.append(int(item))
-        return numbers
+            low, high = int(first), int(last) if dash else int(first)
+            if high < low:
+                raise forms.ValidationError(
+                    _("The range %(item)s runs backwards; write the smaller number first."),
+                    params={"item": item},
+                )
+            if high - low + 1 + len(numbers) > LINK_MAX_TICKETS:
+                raise forms.ValidationError(
+                    _("At most %(max)d tickets at a time."), params={"max": LINK_MAX_TICKETS}
+                )
+            numbers.update(dict.fromkeys(range(low, high + 1)))
+        return list(numbers)
