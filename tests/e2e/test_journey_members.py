@@ -33,7 +33,13 @@ def test_volunteer_checks_in_a_pending_member_and_registers_a_device(page, login
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", level=1)).to_contain_text("Fatima Okafor")
 
-    page.get_by_role("button", name="Check in").click()
+    # Check-in is a step: the consequence, then "identity checked" (the server insists).
+    page.get_by_test_id("check-in-open").click()
+    expect(page.locator("#check-in")).to_contain_text("a public IPv4 address and full speed")
+    page.get_by_test_id("check-in").click()
+    expect(page.locator(".messages")).to_contain_text("Tick “Identity checked”")
+    page.get_by_label("Identity checked").check()
+    page.get_by_test_id("check-in").click()
     expect(page.locator(".messages")).to_contain_text("checked in")
     public = page.get_by_test_id("public-ipv4")
     expect(public).to_have_text("198.51.100.1")
@@ -83,3 +89,30 @@ def test_resident_adds_renames_and_removes_a_device(page, login):
     devices.get_by_role("button", name="Remove My phone").click()
     expect(devices).to_contain_text("No devices yet")
     assert not Member.objects.get(pk=member.pk).devices.exists()
+
+
+def test_suspend_asks_first_naming_the_consequence(page, login):
+    pool_create()
+    UserFactory(username="vic", roles=["volunteer"])
+    member = member_active()
+    login("vic", PASSWORD)
+    page.goto(f"/office-hours/members/{member.pk}/")
+    page.get_by_text("Suspend", exact=True).first.click()
+    page.get_by_label("Reason").fill("unpaid fee")
+    asked: list[str] = []
+
+    def answer(dialog, accept: bool) -> None:
+        asked.append(dialog.message)
+        dialog.accept() if accept else dialog.dismiss()
+
+    page.once("dialog", lambda d: answer(d, False))
+    page.get_by_role("button", name="Suspend", exact=True).click()
+    expect(page.get_by_role("button", name="Suspend", exact=True)).to_be_visible()
+    assert "cut off all of their devices" in asked[0]
+    member.refresh_from_db()
+    assert member.status == MemberStatus.ACTIVE  # dismissed: nothing sent
+    page.once("dialog", lambda d: answer(d, True))
+    page.get_by_role("button", name="Suspend", exact=True).click()
+    expect(page.locator(".messages")).to_contain_text("is suspended")
+    member.refresh_from_db()
+    assert member.status == MemberStatus.SUSPENDED
