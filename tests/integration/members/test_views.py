@@ -117,12 +117,18 @@ def test_member_page_actions_and_audit(make_user):
     assert member.status == MemberStatus.ENDED
 
 
+def at_the_desk(make_user, member):
+    """A volunteer's client and the member's page."""
+    return login(make_user(roles=("volunteer",))), reverse(
+        "members:member_detail", args=[member.pk]
+    )
+
+
 def test_check_in_needs_the_identity_checked_box(make_user):
     """The server refuses a check-in without "identity checked", whatever the page sent."""
     pool_create()
     member = MemberFactory()
-    client = login(make_user(roles=("volunteer",)))
-    url = reverse("members:member_detail", args=[member.pk])
+    client, url = at_the_desk(make_user, member)
     page = client.get(url).content.decode()
     assert "Check-in makes the membership of" in page  # the consequence, before the step
     assert 'name="identity_checked"' in page
@@ -144,8 +150,7 @@ def test_check_in_needs_the_identity_checked_box(make_user):
 def test_ending_a_membership_without_the_box_says_why_and_changes_nothing(make_user):
     pool_create()
     member = member_active()
-    client = login(make_user(roles=("volunteer",)))
-    url = reverse("members:member_detail", args=[member.pk])
+    client, url = at_the_desk(make_user, member)
     refused = client.post(url, {"action": "end", "note": "moved out"})
     assert refused.status_code == 422
     said = "Tick the box to end the membership; nothing was changed. Ending cannot be undone."
