@@ -21,4 +21,10 @@ def when(value: Any, fmt: str = "SHORT_DATETIME_FORMAT") -> str:
     if timezone.is_naive(value):
         return formats.date_format(value, fmt)
     local = timezone.localtime(value)
-    return f"{formats.date_format(local, fmt)} {local.tzname()}"
+    text = f"{formats.date_format(local, fmt)} {local.tzname()}"
+    # The time and its zone stay on one line ("9:12 p.m. CET"); only after the date may it wrap.
+    day, space, rest = text.partition(" ")
+    return day + space + rest.replace(" ", NBSP)
+
+
+NBSP = "\u00a0"

@@ -116,3 +116,45 @@ def test_suspend_asks_first_naming_the_consequence(page, login):
     expect(page.locator(".messages")).to_contain_text("is suspended")
     member.refresh_from_db()
     assert member.status == MemberStatus.SUSPENDED
+
+
+def test_granting_and_extending_a_test_access_refreshes_the_panel_in_place(page, login):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from apps.network.models import ShapingProfile
+
+    pool_create()
+    ShapingProfile.default()
+    UserFactory(username="vic", roles=["volunteer"])
+    member = MemberFactory()
+    login("vic", PASSWORD)
+    page.goto(f"/office-hours/members/{member.pk}/")
+    panel = page.locator("#test-access")
+    panel.get_by_text("Grant a test access").click()
+    panel.get_by_label("Test access until").fill(timezone.localdate().isoformat())
+    panel.get_by_role("button", name="Grant test access").click()
+    expect(panel.locator("#grant-until-error")).to_be_visible()
+    until = timezone.localdate() + dt.timedelta(days=5)
+    panel.get_by_label("Test access until").fill(until.isoformat())
+    panel.get_by_role("button", name="Grant test access").click()
+    shown = until.strftime("%m/%d/%Y")
+    notice = panel.get_by_test_id("test-access-notice")
+    expect(notice).to_have_text(f"Test access granted until {shown} (last day).")
+    expect(panel.locator("#grant-until-error")).to_have_count(0)  # the old error is gone
+    expect(panel.get_by_test_id("test-access-facts")).to_contain_text(shown)
+    expect(page.locator("#member-status")).to_contain_text("Test access")  # out of band
+    expect(page.locator("#member-facts")).to_contain_text(shown)
+    expect(page.locator("#audit-trail")).to_contain_text("member.test")
+
+    later = until + dt.timedelta(days=7)
+    panel.get_by_text("Extend the test access").click()
+    panel.get_by_label("Test access until").fill(later.isoformat())
+    panel.get_by_role("button", name="Extend").click()
+    expect(notice).to_have_text(
+        f"Test access extended until {later.strftime('%m/%d/%Y')} (last day)."
+    )
+    expect(panel.get_by_test_id("test-access-facts")).not_to_contain_text(shown)
+    member.refresh_from_db()
+    assert member.test_access_until == later
