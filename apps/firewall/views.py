@@ -7,6 +7,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views import View
 
@@ -58,7 +59,8 @@ class FirewallHostDetailView(StaffRequiredMixin, View):
             "sample": sample,
             "warnings": state.warnings if state else host_warnings(host=host, sample=sample),
             "state": state,
-            "series": host_health_series(host=host),
+            # The charts draw times in the portal's zone, not the browser's.
+            "series": {**host_health_series(host=host), "tz": timezone.get_current_timezone_name()},
             "log_page": log_page,
             "versions": versions,
             "audit": Paginator(audit_for_object(obj=host), 20).get_page(
