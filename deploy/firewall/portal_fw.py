@@ -1870,7 +1870,9 @@ def ha_status(host: Host) -> dict:
     instance, whether keepalived and conntrackd run, conntrackd's sync statistics."""
     spec = host.artefacts.get("conntrackd")
     conf = str(spec.path) if spec else "/etc/conntrackd/conntrackd.conf"
-    result = run([sys.executable, str(HA_PROGRAM), "status", conf, str(host.ha_run_dir)], timeout=20)
+    result = run(
+        [sys.executable, str(HA_PROGRAM), "status", conf, str(host.ha_run_dir)], timeout=20
+    )
     if result.returncode != 0:
         return {"error": (result.stderr or result.stdout).strip()[-300:]}
     try:
