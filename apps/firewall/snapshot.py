@@ -138,6 +138,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
     from apps.network.models import (
         BlockedPort,
         ManagementNetwork,
+        NetworkSettings,
         PublicPool,
         ShapingProfile,
         Subnet,
@@ -204,6 +205,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         public = tuple(PublicPool.objects.values_list("network", flat=True))
         # Read only (this transaction is read-only): the defaults until an admin saved the row.
         dhcp_settings = DhcpSettings.objects.filter(id=1).first() or DhcpSettings(id=1)
+        network_settings = NetworkSettings.objects.filter(id=1).first() or NetworkSettings(id=1)
         registration_by_building = dict(
             RegistrationRange.objects.filter(enabled=True).values_list("building_id", "network")
         )
@@ -214,6 +216,8 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         registration_networks=tuple(registration_by_building.values()),
         portal_addresses=tuple(ipv4_list(dhcp_settings.portal_addresses)),
         dns_servers=tuple(ipv4_list(dhcp_settings.dns_servers)),
+        conntrack_quota_out=network_settings.conntrack_quota_devices,
+        conntrack_quota_in=network_settings.conntrack_quota_forwards,
     )
     return SnapshotData(
         policy,

@@ -23,7 +23,7 @@ from apps.firewall.services import (
     host_state_resync,
     host_unpin,
 )
-from apps.health.selectors import firewall_host_states, host_health_series
+from apps.health.selectors import firewall_host_states, host_health_series, quota_hit_members
 from apps.health.services import host_warnings
 
 
@@ -59,6 +59,7 @@ class FirewallHostDetailView(StaffRequiredMixin, View):
             "sample": sample,
             "warnings": state.warnings if state else host_warnings(host=host, sample=sample),
             "state": state,
+            "quota_hits": quota_hit_members(sample),
             # The charts draw times in the portal's zone, not the browser's.
             "series": {**host_health_series(host=host), "tz": timezone.get_current_timezone_name()},
             "log_page": log_page,

@@ -27,6 +27,10 @@ class HostHealthSample(models.Model):
     # The pair's failover on this host (portal-fw health "ha"): VRRP state per instance,
     # keepalived and conntrackd running, conntrackd's sync statistics. Empty: not one of a pair.
     ha = models.JSONField(_("failover state"), default=dict, blank=True)
+    # /proc/net/stat/nf_conntrack summed over CPUs (drop, early_drop, insert_failed, invalid)
+    # and who hit a conntrack quota in the last hour ([{"address", "packets"}], most first).
+    conntrack_stats = models.JSONField(_("conntrack statistics"), default=dict, blank=True)
+    quota_hits = models.JSONField(_("conntrack quota hits"), default=list, blank=True)
     error = models.TextField(blank=True)
 
     class Meta:

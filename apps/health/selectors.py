@@ -71,7 +71,19 @@ def host_health_series(*, host: FirewallHost, limit: int = 120) -> dict[str, lis
         )[:limit]
     )
     rows.reverse()
+    stats = list(
+        HostHealthSample.objects.filter(host=host).values_list("conntrack_stats", flat=True)[:limit]
+    )
+    stats.reverse()
+    dropped: list[int | None] = []
+    for before, now in zip([None, *stats], stats, strict=False):
+        keys = ("drop", "early_drop", "insert_failed")
+        if not before or not now or not all(k in before and k in now for k in keys):
+            dropped.append(None)
+        else:  # a restart resets the counters: no negative drops
+            dropped.append(max(0, sum(now[k] - before[k] for k in keys)))
     return {
+        "conntrack_drops": dropped,
         "t": [int(at.timestamp()) for at, *_ in rows],
         "latency_ms": [lat for _, lat, *_ in rows],
         "conntrack_pct": [
@@ -107,3 +119,51 @@ def failed_over_families(states: list[HostState]) -> list[str]:
             if holders and designated[family] not in holders and label not in moved:
                 moved.append(label)
     return moved
+
+
+@dataclass
+class QuotaHit:
+    """A member who hit a conntrack quota: the address the firewall saw and the drops."""
+
+    address: str
+    packets: int
+    member: Any = None  # apps.members.models.Member, or None when the address is unknown
+
+
+def quota_hit_members(sample: HostHealthSample | None) -> list[QuotaHit]:
+    """The sample's quota hits with their members (public IPv4 -> its member; a /64 -> the
+    member whose devices hold addresses in it), in two queries."""
+    import ipaddress
+
+    from apps.members.models import Member
+    from apps.network.models import Device, PublicAddress
+
+    if sample is None or not sample.quota_hits:
+        return []
+    hits = [
+        QuotaHit(str(h.get("address", "")), int(h.get("packets") or 0)) for h in sample.quota_hits
+    ]
+    v4 = [h.address for h in hits if ":" not in h.address]
+    owners = dict(
+        PublicAddress.objects.filter(address__in=v4, member__isnull=False).values_list(
+            "address", "member_id"
+        )
+    )
+    prefixes: dict[int, str] = {}  # upper 64 bits -> the hit's address
+    for h in hits:
+        if ":" in h.address:
+            try:
+                prefixes[int(ipaddress.IPv6Address(h.address)) >> 64] = h.address
+            except ValueError:
+                continue
+    if prefixes:  # one pass over the devices' IPv6 addresses
+        for member_id, ipv6 in Device.objects.filter(ipv6__isnull=False).values_list(
+            "member_id", "ipv6"
+        ):
+            address = prefixes.get(int(ipaddress.IPv6Address(ipv6)) >> 64)
+            if address is not None:
+                owners.setdefault(address, member_id)
+    members = Member.objects.in_bulk(set(owners.values()))
+    for h in hits:
+        h.member = members.get(owners.get(h.address))
+    return hits

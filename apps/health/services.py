@@ -57,6 +57,8 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
         interfaces=data.get("interfaces") or {},
         digest=str((data.get("digest") or {}).get("total") or "")[:64],
         ha=data.get("ha") or {},
+        conntrack_stats=conntrack.get("stats") or {},
+        quota_hits=(conntrack.get("quota_hits") or [])[:50],
     )
     host_digest_compare(host=host, digest=data.get("digest") or {})
     return _store(host, sample)
@@ -113,12 +115,17 @@ def host_warnings(*, host: FirewallHost, sample: HostHealthSample | None) -> lis
         )
     share = sample.softirq_max_share
     if share is not None and share > settings.PORTAL_HEALTH_SOFTIRQ_WARN:
-        found.append(
-            HealthWarning(
-                "softirq",
-                _("Softirq load %(pct)d%% on one core.") % {"pct": round(share * 100)},
-            )
-        )
+        others = sorted(sample.softirq_per_cpu or [])[:-1]
+        rest = sum(others) / len(others) if others else None
+        if rest is not None and share - rest > 0.5:
+            # The outage of the field reports: one core saturated, the others idle.
+            message = _(
+                "One core at %(pct)d%% softirq, the others at %(rest)d%%: a single flow or a loop."
+            ) % {"pct": round(share * 100), "rest": round(rest * 100)}
+        else:
+            message = _("Softirq load %(pct)d%% on one core.") % {"pct": round(share * 100)}
+        found.append(HealthWarning("softirq", message))
+    found += conntrack_warnings(host=host, sample=sample)
     found += ha_warnings(host=host, sample=sample)
     if host.drift:
         found.append(
@@ -137,6 +144,43 @@ def host_warnings(*, host: FirewallHost, sample: HostHealthSample | None) -> lis
                     "loaded": sample.loaded_version[:12] or "?",
                     "expected": host.applied_checksum[:12],
                 },
+            )
+        )
+    return found
+
+
+def conntrack_warnings(*, host: FirewallHost, sample: HostHealthSample) -> list[HealthWarning]:
+    """Connections dropped for lack of room since the previous sample (a full table or a
+    flood), and members who hit their conntrack quota in the last hour."""
+    found = []
+    stats = sample.conntrack_stats or {}
+    previous = (
+        HostHealthSample.objects.filter(host=host, at__lt=sample.at, reachable=True)
+        .exclude(conntrack_stats={})
+        .order_by("-at")
+        .values_list("conntrack_stats", flat=True)
+        .first()
+    )
+    if previous:
+        rising = {
+            key: stats[key] - previous[key]
+            for key in ("drop", "early_drop", "insert_failed")
+            if key in stats and key in previous and stats[key] > previous[key]
+        }
+        if rising:
+            found.append(
+                HealthWarning(
+                    "conntrack-drops",
+                    _("Connection tracking dropping new connections: %(what)s.")
+                    % {"what": ", ".join(f"{k} +{v}" for k, v in sorted(rising.items()))},
+                )
+            )
+    if sample.quota_hits:
+        found.append(
+            HealthWarning(
+                "quota",
+                _("%(n)s member(s) hit their connection quota in the last hour.")
+                % {"n": len(sample.quota_hits)},
             )
         )
     return found

@@ -114,25 +114,6 @@ class DeviceAdmin(PublicAddressAdmin):
     list_select_related = ["member__user"]
 
 
-@admin.register(NetworkSettings)
-class NetworkSettingsAdmin(AuditedAdmin):
-    list_display = [
-        "__str__",
-        "device_limit",
-        "port_forward_limit",
-        "ipv6_opening_limit",
-        "quarantine_days",
-        "test_access_notice_days",
-    ]
-    readonly_fields = [audit_trail]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return not NetworkSettings.objects.exists()
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 class PolicyAdmin(admin.ModelAdmin):
     """Policy rows: every save and delete goes through the service (audited; recompiles)."""
 
@@ -228,3 +209,23 @@ class Ipv6OpeningAdmin(ReadOnlyAdmin):
 class TestAccessAdmin(ReadOnlyAdmin):
     list_display = ["member", "profile", "granted_at", "notice_sent_for"]
     list_select_related = ["member__user", "profile"]
+
+
+@admin.register(NetworkSettings)
+class NetworkSettingsAdmin(PolicyAdmin):
+    list_display = [
+        "__str__",
+        "device_limit",
+        "port_forward_limit",
+        "ipv6_opening_limit",
+        "quarantine_days",
+        "test_access_notice_days",
+        "conntrack_quota_devices",
+        "conntrack_quota_forwards",
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return not NetworkSettings.objects.exists()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -173,6 +173,26 @@ class NetworkSettings(models.Model):
         default=3,
         validators=[MinValueValidator(1), MaxValueValidator(60)],
     )
+    conntrack_quota_devices = models.PositiveIntegerField(
+        _("connections a member's devices may hold"),
+        default=10000,
+        db_default=10000,
+        validators=[MaxValueValidator(1_000_000)],
+        help_text=_(
+            "Per member, in the firewalls' connection table; new ones beyond it are dropped and "
+            "counted (staff see who on the firewall page). 0: no limit."
+        ),
+    )
+    conntrack_quota_forwards = models.PositiveIntegerField(
+        _("connections a member's forwards may receive"),
+        default=4000,
+        db_default=4000,
+        validators=[MaxValueValidator(1_000_000)],
+        help_text=_(
+            "Per member, through port forwards and IPv6 openings: a flood aimed at one member "
+            "cannot fill the table. 0: no limit."
+        ),
+    )
 
     class Meta:
         verbose_name = _("network settings")

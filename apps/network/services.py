@@ -1058,8 +1058,8 @@ def policy_object_delete(*, obj: Any, actor: Any, fields: list[str]) -> None:
 
 
 def _policy_shapes_rules(obj: Any) -> bool:
-    if isinstance(obj, BlockedPort | ManagementNetwork):
-        return True
+    if isinstance(obj, BlockedPort | ManagementNetwork | NetworkSettings):
+        return True  # (network settings: the conntrack quotas)
     if obj._meta.app_label == "dhcp":  # DHCP settings and registration ranges: Kea and nft
         return True
     if isinstance(obj, ShapingProfile):

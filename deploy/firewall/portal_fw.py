@@ -887,8 +887,8 @@ NFTA_SET_TABLE, NFTA_SET_NAME, NFTA_SET_FLAGS, NFTA_SET_EXPR, NFTA_SET_EXPRESSIO
 NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_ELEMENTS = 1, 2, 3
 NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NFTA_OBJ_DATA, NFTA_FLOWTABLE_TABLE = 1, 3, 4, 1
 NFTA_GEN_ID, NFTA_LIST_ELEM, NFTA_EXPR_NAME, NFTA_EXPR_DATA = 1, 1, 1, 2
-NFT_SET_ANONYMOUS, NFT_SET_MAP, NFT_SET_TIMEOUT, NFT_SET_OBJECT, NFT_SET_EXPR = (
-    0x1, 0x8, 0x10, 0x40, 0x100)  # fmt: skip
+NFT_SET_ANONYMOUS, NFT_SET_MAP, NFT_SET_TIMEOUT, NFT_SET_EVAL, NFT_SET_OBJECT, NFT_SET_EXPR = (
+    0x1, 0x8, 0x10, 0x20, 0x40, 0x100)  # fmt: skip
 NFT_OBJECT_COUNTER, NFT_OBJECT_QUOTA = 1, 2
 # What is not content: handles, use counts, transaction ids, padding, the owner's port id,
 # base-chain counters; an element's expiry timer and its stateful expressions.
@@ -1170,9 +1170,13 @@ def _set_kind(attrs: dict[int, bytes]) -> str:
 def netlink_set_digest(
     nl: NftNetlink, table: RawTable, attrs: list[tuple[int, bytes]]
 ) -> tuple[bytes, int, int]:
-    """(declaration bytes, multiset sum, count) of one set: its elements dumped by netlink."""
+    """(declaration bytes, multiset sum, count) of one set: its elements dumped by netlink.
+    A dynamic set (the conntrack quotas) is filled by the data path, not by the portal: its
+    declaration is content, its elements are not."""
     by_type = dict(attrs)
     name = nla_text(by_type.get(NFTA_SET_NAME)) or ""
+    if nla_be32(by_type.get(NFTA_SET_FLAGS)) & NFT_SET_EVAL:
+        return _set_declaration(attrs, {}), 0, 0
     request = nla_str(NFTA_SET_ELEM_LIST_TABLE, table.name) + nla_str(NFTA_SET_ELEM_LIST_SET, name)
     total = count = 0
     for _family, payload in nl.request(NFT_MSG_GETSETELEM, table.family, request):
@@ -1472,7 +1476,8 @@ def nft_parts(tables_json: Iterable[dict]) -> dict[str, str]:
                 rules.setdefault(body["chain"], []).append(strip_volatile(body))
             elif kind in {"set", "map"}:
                 declaration = strip_volatile({k: v for k, v in body.items() if k != "elem"})
-                total, count = multiset_digest(body.get("elem", []))
+                dynamic = "dynamic" in (body.get("flags") or [])  # filled by the data path
+                total, count = multiset_digest([] if dynamic else body.get("elem", []))
                 parts[f"{where} {kind} {body['name']}"] = set_part(declaration, total, count)
             else:  # flowtables, named counters/quotas/ct objects: declaration only
                 body = {k: v for k, v in body.items() if k not in {"packets", "bytes"}}
@@ -1786,6 +1791,53 @@ def read_interfaces() -> dict[str, dict[str, int]]:
     return result
 
 
+CONNTRACK_STATS = ("drop", "early_drop", "insert_failed", "invalid")
+
+
+def read_conntrack_stats() -> dict[str, int]:
+    """The conntrack statistics that tell a full or flooded table, summed over the CPUs
+    (/proc/net/stat/nf_conntrack: one hex row per CPU)."""
+    try:
+        lines = Path("/proc/net/stat/nf_conntrack").read_text().split("\n")
+    except OSError:
+        return {}
+    header = lines[0].split()
+    totals = dict.fromkeys(CONNTRACK_STATS, 0)
+    for line in lines[1:]:
+        values = line.split()
+        if len(values) != len(header):
+            continue
+        for name in CONNTRACK_STATS:
+            if name in header:
+                totals[name] += int(values[header.index(name)], 16)
+    return totals
+
+
+QUOTA_HIT_SETS = ("quota_hit4", "quota_hit6")
+
+
+def read_quota_hits(host: Host, limit: int = 50) -> list[dict]:
+    """Who hit a conntrack quota in the last hour (the rule set's dynamic quota_hit sets): the
+    member's public IPv4 or /64 and the packets dropped, most first."""
+    hits = []
+    for name in QUOTA_HIT_SETS:
+        result = run(["nft", "-j", "list", "set", "inet", f"{host.prefix}fw", name], timeout=20)
+        if result.returncode != 0:
+            continue
+        try:
+            items = json.loads(result.stdout).get("nftables", [])
+        except ValueError:
+            continue
+        for item in items:
+            for elem in (item.get("set") or {}).get("elem", []):
+                e = elem.get("elem") if isinstance(elem, dict) else None
+                if isinstance(e, dict) and isinstance(e.get("val"), str):
+                    packets = int(((e.get("counter") or {}).get("packets")) or 0)
+                    hits.append({"address": e["val"], "packets": packets})
+    hits.sort(key=lambda h: (-h["packets"], h["address"]))
+    return hits[:limit]
+
+
 def read_int(path: str) -> int | None:
     try:
         return int(Path(path).read_text().strip())
@@ -1835,6 +1887,8 @@ def collect_health(host: Host, sample_ms: int, *, digest: dict | None = None) ->
             "max": maximum,
             "buckets": read_int("/proc/sys/net/netfilter/nf_conntrack_buckets"),
             "ratio": round(count / maximum, 6) if count is not None and maximum else None,
+            "stats": read_conntrack_stats(),
+            "quota_hits": read_quota_hits(host),
         },
         "softirq": {
             "sample_ms": sample_ms,

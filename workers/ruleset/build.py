@@ -167,7 +167,66 @@ def policy_sets(policy: Policy) -> list[SetDef]:
             "walled4", "ipv4_addr", None, interval, tuple(fmt4(a) for a in policy.portal_addresses)
         ),
         SetDef("dns4", "ipv4_addr", None, interval, tuple(fmt4(a) for a in policy.dns_servers)),
+        *quota_sets(policy),
     ]
+
+
+QUOTA_KEYS = {"4": "ipv4_addr", "6": "ipv6_addr"}
+QUOTA_SIZE = 1 << 17  # members (public IPv4s, /64s) tracked at once per direction
+QUOTA_HIT_TIMEOUT = "1h"
+
+
+def quota_sets(policy: Policy) -> list[SetDef]:
+    """Dynamic sets of the conntrack quotas (filled by the data path, never by the portal):
+    ct_out/ct_in count each member's connections; quota_hit remembers, with a counter, which
+    member hit a quota in the last hour (health reads it: staff see who)."""
+    out: list[SetDef] = []
+    for family, key in QUOTA_KEYS.items():
+        if policy.conntrack_quota_out:
+            out.append(SetDef(f"ct_out{family}", key, None, ("dynamic",), (), QUOTA_SIZE))
+        if policy.conntrack_quota_in:
+            out.append(SetDef(f"ct_in{family}", key, None, ("dynamic",), (), QUOTA_SIZE))
+        if policy.conntrack_quota_out or policy.conntrack_quota_in:
+            out.append(
+                SetDef(
+                    f"quota_hit{family}",
+                    key,
+                    None,
+                    ("dynamic", "timeout"),
+                    (),
+                    QUOTA_SIZE,
+                    (f"timeout {QUOTA_HIT_TIMEOUT}", "counter"),
+                )
+            )
+    return out
+
+
+def quota_rules(policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(outbound IPv4 after SNAT, outbound IPv6 in from_members, inbound in to_members): a new
+    connection over its member's quota is dropped before conntrack confirms it (no entry)."""
+    q_out, q_in = policy.conntrack_quota_out, policy.conntrack_quota_in
+    out4: tuple[str, ...] = ()
+    out6: tuple[str, ...] = ()
+    inbound: tuple[str, ...] = ()
+    net6 = f"ip6 saddr & {NET64_MASK}"
+    dst6 = f"ip6 daddr & {NET64_MASK}"
+    if q_out:
+        out4 = (
+            f"ct state new ct status snat add @ct_out4 {{ ct reply ip daddr ct count over {q_out} }}"
+            ' update @quota_hit4 { ct reply ip daddr } counter drop comment "quota: connections of the devices"',
+        )
+        out6 = (
+            f"ct state new meta nfproto ipv6 add @ct_out6 {{ {net6} ct count over {q_out} }}"
+            f' update @quota_hit6 {{ {net6} }} counter drop comment "quota: connections of the devices"',
+        )
+    if q_in:
+        inbound = (
+            f"ct state new ct status dnat add @ct_in4 {{ ct original ip daddr ct count over {q_in} }}"
+            ' update @quota_hit4 { ct original ip daddr } counter drop comment "quota: forwarded connections"',
+            f"ct state new meta nfproto ipv6 add @ct_in6 {{ {dst6} ct count over {q_in} }}"
+            f' update @quota_hit6 {{ {dst6} }} counter drop comment "quota: forwarded connections"',
+        )
+    return out4, out6, inbound
 
 
 def _hash_set(name: str, key: str, value: str | None, elements: list[str]) -> SetDef:
@@ -411,7 +470,22 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
     """The fixed rule skeleton; depends on the host's interfaces and the policy flags only."""
     up = _ifset(host.uplink_interfaces)
     mem = _ifset(host.member_interfaces)
+    quota_out4, quota_out6, quota_in = quota_rules(policy)
+    # Sources that can never arrive from the uplink: dropped before conntrack (a spoofed SYN
+    # to a forward would otherwise be answered towards the management or member side).
+    spoofed = []
+    if host.management_interfaces:
+        spoofed += [
+            f'iifname {up} ip saddr @mgmt4 counter drop comment "spoofed: management source from the uplink"',
+            f'iifname {up} ip6 saddr @mgmt6 counter drop comment "spoofed: management source from the uplink"',
+        ]
+    if host.private_networks:
+        nets = ", ".join(str(n) for n in ipaddress.collapse_addresses(host.private_networks))
+        spoofed.append(
+            f'iifname {up} ip saddr {{ {nets} }} counter drop comment "spoofed: member source from the uplink"'
+        )
     to_members = [
+        *quota_in,
         "ct status dnat accept",
         "ip6 daddr @open6_all accept",
         "ip6 daddr . meta l4proto . th dport @open6_ports accept",
@@ -484,6 +558,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 f"oifname {up} ip saddr @nopub4 counter drop"
                 ' comment "member without public IPv4: no Internet via NAT"',
                 'meta l4proto . th dport @blocked_out counter drop comment "blocked outbound port"',
+                *quota_out6,
                 "accept",
             ),
         ),
@@ -506,6 +581,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 'tcp flags & (syn | rst) == syn | rst counter drop comment "malformed: SYN and RST"',
                 'tcp flags & (fin | syn | rst | psh | ack | urg) == 0x0 counter drop comment "malformed: no flags"',
                 'tcp flags & (fin | ack) == fin counter drop comment "malformed: FIN without ACK"',
+                *spoofed,
                 # The network's own resolvers: DNS between them and the members bypasses
                 # conntrack both ways (its entries would cost more than the answers).
                 f"iifname {mem} ip daddr @dns4 meta l4proto {{ tcp, udp }} th dport 53 notrack",
@@ -538,6 +614,11 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
             "postrouting",
             "srcnat",
             "accept",
+        ),
+        *(
+            (Chain("quota_out", quota_out4, "filter", "postrouting", "srcnat + 1", "accept"),)
+            if quota_out4
+            else ()
         ),
         Chain("to_members", tuple(to_members)),
         Chain(

@@ -25,15 +25,18 @@ class SetDef:
     flags: tuple[str, ...] = ()
     elements: tuple[str, ...] = ()
     size: int | None = None  # declared capacity of a hash set (see build.capacity)
+    extra: tuple[str, ...] = ()  # more declaration lines, e.g. "timeout 1h", "counter"
 
     @property
     def kind(self) -> str:
         """'set' or 'map', as nft spells it."""
         return "set" if self.value_type is None else "map"
 
-    def structure(self) -> tuple[str, str, str | None, tuple[str, ...], int | None]:
+    def structure(
+        self,
+    ) -> tuple[str, str, str | None, tuple[str, ...], int | None, tuple[str, ...]]:
         """Definition without elements."""
-        return (self.name, self.key_type, self.value_type, self.flags, self.size)
+        return (self.name, self.key_type, self.value_type, self.flags, self.size, self.extra)
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,7 @@ def _set_text(s: SetDef, out: list[str]) -> None:
         out.append(f"\t\tflags {', '.join(s.flags)}\n")
     if s.size is not None:
         out.append(f"\t\tsize {s.size}\n")
+    out.extend(f"\t\t{line}\n" for line in s.extra)
     elements = s.elements
     if len(elements) == 1:
         out.append(f"\t\telements = {{ {elements[0]} }}\n")

@@ -535,8 +535,15 @@ class Policy:
     registration_networks: tuple[IPv4Network, ...] = ()
     portal_addresses: tuple[IPv4Address, ...] = ()
     dns_servers: tuple[IPv4Address, ...] = ()
+    # Connection-tracking quotas per member (0: none): what its devices may hold, and what its
+    # port forwards and IPv6 openings may receive (a flood aimed at one member cannot fill the
+    # table). The key is the member's public IPv4 (after SNAT / before DNAT) or device /64.
+    conntrack_quota_out: int = 0
+    conntrack_quota_in: int = 0
 
     def __post_init__(self) -> None:
+        _int(self.conntrack_quota_out, "policy conntrack quota (devices)", 0, 10_000_000)
+        _int(self.conntrack_quota_in, "policy conntrack quota (forwards)", 0, 10_000_000)
         _set(
             self,
             "management_networks",
@@ -1108,6 +1115,8 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
             "registration_networks": [str(n) for n in p.registration_networks],
             "portal_addresses": [str(a) for a in p.portal_addresses],
             "dns_servers": [str(a) for a in p.dns_servers],
+            **({"conntrack_quota_out": p.conntrack_quota_out} if p.conntrack_quota_out else {}),
+            **({"conntrack_quota_in": p.conntrack_quota_in} if p.conntrack_quota_in else {}),
         },
     }
     dump = functools.partial(json.dumps, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
@@ -1210,6 +1219,8 @@ def snapshot_from_json(text: str | bytes) -> Snapshot:
             registration_networks=tuple(p.get("registration_networks", ())),
             portal_addresses=tuple(p.get("portal_addresses", ())),
             dns_servers=tuple(p.get("dns_servers", ())),
+            conntrack_quota_out=p.get("conntrack_quota_out", 0),
+            conntrack_quota_in=p.get("conntrack_quota_in", 0),
         )
         host = Host(
             name=h["name"],

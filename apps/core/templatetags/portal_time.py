@@ -39,3 +39,10 @@ def audit_value(value: Any) -> Any:
 def time_zone_name() -> str:
     """The portal's zone for labels: "CET (Europe/Berlin)"."""
     return localtime.zone_label()
+
+
+@register.filter
+def iso_when(value: Any) -> Any:
+    """ISO text with a zone (what the firewall hosts report, e.g. a VRRP transition) as local
+    time with the zone named; anything else unchanged."""
+    return audit_value(value)

@@ -1,0 +1,211 @@
+"""Issue 15, per-member conntrack quotas: one member's devices cannot hold more connections than
+the quota, a flood aimed at one member's forward cannot fill the table, the other members keep
+connecting, and staff see who hit a quota. Senders are bounded (hping3 under `timeout 2`, a few
+hundred connections) and stay inside the lab."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from lab_support import in_ns, lab_sh, reset_host
+
+from workers.ruleset import compile_snapshot
+from workers.ruleset import snapshot as s
+
+pytestmark = pytest.mark.lab
+
+A_DEVICE, A_PUBLIC = "10.100.1.31", "198.51.100.31"  # the flooded / greedy member
+B_DEVICE, B_PUBLIC = "10.100.1.32", "198.51.100.32"  # everyone else
+QUOTA_OUT, QUOTA_IN = 60, 1000
+
+SERVER = """
+import socket, select, sys, time
+srv = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((sys.argv[1], int(sys.argv[2]))); srv.listen(4096)
+held, deadline = [], time.monotonic() + float(sys.argv[3])
+while time.monotonic() < deadline:
+    if select.select([srv], [], [], 0.2)[0]:
+        c, _ = srv.accept(); c.sendall(b"hello"); held.append(c)
+"""
+HOLD = """
+import socket, sys, time
+ok, held = 0, []
+for _ in range(int(sys.argv[3])):
+    try:
+        c = socket.create_connection((sys.argv[2], int(sys.argv[4])), timeout=1,
+                                     source_address=(sys.argv[1], 0) if sys.argv[1] != "-" else None)
+        ok += c.recv(10) == b"hello"; held.append(c)
+    except OSError:
+        pass
+print(ok, flush=True)
+time.sleep(float(sys.argv[5]))
+"""
+
+
+def compiled(host: str) -> str:
+    def member(mid: int, device: str, public: str) -> s.Member:
+        return s.Member(
+            id=mid,
+            public_ipv4=public,
+            devices=(s.Device(id=mid * 10, ipv4=device),),
+            forwards=(
+                s.PortForward(mid, "tcp", s.PortRange(8080, 8080), mid * 10, s.PortRange(80, 80)),
+            ),
+        )
+
+    snapshot = s.Snapshot(
+        policy=s.Policy(
+            management_networks=("10.255.255.0/28",),
+            conntrack_quota_out=QUOTA_OUT,
+            conntrack_quota_in=QUOTA_IN,
+        ),
+        host=s.Host(
+            name=host,
+            uplink_interfaces=("inet0",),
+            member_interfaces=("dorm0",),
+            management_interfaces=("mgmt0",),
+            private_networks=("10.100.0.0/16",),
+            public_networks=("198.51.100.0/24",),
+        ),
+        members=(member(1, A_DEVICE, A_PUBLIC), member(2, B_DEVICE, B_PUBLIC)),
+    )
+    return compile_snapshot(snapshot).nft
+
+
+def quota_hits(host: str) -> dict[str, int]:
+    """Who hit a quota in the last hour, with the packets dropped (what health reads)."""
+    out = in_ns(host, "nft", "-j", "list", "set", "inet", "portal_fw", "quota_hit4").stdout
+    hits = {}
+    for item in json.loads(out)["nftables"]:
+        for elem in (item.get("set") or {}).get("elem", []):
+            e = elem["elem"]
+            hits[e["val"]] = e["counter"]["packets"]
+    return hits
+
+
+def rule_drops(host: str, chain: str, comment: str) -> int:
+    text = in_ns(host, "nft", "list", "chain", "inet", "portal_fw", chain).stdout
+    line = next(ln for ln in text.splitlines() if comment in ln)
+    return int(line.split("counter packets", 1)[1].split()[0])
+
+
+@pytest.fixture
+def quotas(lab):
+    for host in ("pl-nat1", "pl-nat2"):
+        reset_host(host)
+        assert in_ns(host, "nft", "-f", "-", input=compiled(host)).returncode == 0
+        in_ns(host, "conntrack", "-F")
+    assert lab_sh("device-add", A_DEVICE, B_DEVICE).returncode == 0
+    procs = [
+        subprocess.Popen(["ip", "netns", "exec", "pl-inet", "python3", "-c", SERVER,
+                          "203.0.113.10", "9100", "60"]),
+        *(subprocess.Popen(["ip", "netns", "exec", "pl-dorm", "python3", "-c", SERVER,
+                            device, "80", "60"]) for device in (A_DEVICE, B_DEVICE)),
+    ]  # fmt: skip
+    time.sleep(0.5)
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=5)
+        lab_sh("device-del", A_DEVICE, B_DEVICE)
+        for host in ("pl-nat1", "pl-nat2"):
+            reset_host(host)
+            in_ns(host, "conntrack", "-F")
+
+
+def hold(ns: str, src: str, dst: str, count: int, port: int, seconds: float) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["ip", "netns", "exec", ns, "python3", "-c", HOLD, src, dst, str(count), str(port),
+         str(seconds)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_a_member_over_its_quota_gets_no_new_connections_and_others_are_unaffected(quotas):
+    greedy = hold("pl-dorm", A_DEVICE, "203.0.113.10", QUOTA_OUT + 20, 9100, 10)
+    assert int(greedy.stdout.readline()) == QUOTA_OUT  # the quota, not one more
+    other = hold("pl-dorm", B_DEVICE, "203.0.113.10", 40, 9100, 1)
+    assert int(other.stdout.readline()) == 40  # another member connects as before
+    # Staff see who: the member's public address, with the packets dropped.
+    hits = quota_hits("pl-nat1")
+    assert set(hits) == {A_PUBLIC}
+    assert hits[A_PUBLIC] >= 20
+    assert rule_drops("pl-nat1", "quota_out", "quota: connections of the devices") >= 20
+    for proc in (greedy, other):
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def conntrack_count(host: str) -> int:
+    return int(in_ns(host, "cat", "/proc/sys/net/netfilter/nf_conntrack_count").stdout)
+
+
+@pytest.mark.skipif(not shutil.which("hping3"), reason="make test installs hping3")
+def test_a_spoofed_syn_flood_at_one_forward_leaves_room_for_everyone_else(quotas):
+    peak = [0]
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], conntrack_count("pl-nat1"))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    legit = hold("pl-inet", "-", B_PUBLIC, 200, 8080, 3)
+    # Well-formed SYNs (window, timestamp option: they pass the early chain) from random
+    # sources at member A's forward, as fast as hping3 goes, for at most 2 seconds.
+    floods = [  # two senders, one per core (about 78,000 packets/s together on 2 cores)
+        subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                "pl-inet",
+                "timeout",
+                "2",
+                "hping3",
+                "-S",
+                "--tcp-timestamp",
+                "-w",
+                "64240",
+                "--rand-source",
+                "-p",
+                "8080",
+                "--flood",
+                A_PUBLIC,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    sent = 0
+    for flood in floods:
+        _out, err = flood.communicate(timeout=30)
+        sent += int(err.split(" packets transmitted")[0].rsplit("\n", 1)[-1].strip())
+    ok = int(legit.stdout.readline())
+    stop.set()
+    watcher.join()
+    legit.kill()
+    legit.wait(timeout=5)
+    flooded = rule_drops("pl-nat1", "to_members", "quota: forwarded connections")
+    sys.stdout.write(
+        f"\nSYN flood: {sent} packets in 2 s, {flooded} dropped by the quota, peak conntrack "
+        f"{peak[0]}, legitimate {ok}/200\n"
+    )
+    assert ok >= 198  # >= 99 % of the other member's connections
+    assert sent <= 400_000  # bounded: 2 s
+    assert flooded > 10_000
+    assert peak[0] <= QUOTA_IN + 200 + 50  # the quota, the legitimate ones, a little else
+    assert A_PUBLIC in quota_hits("pl-nat1")
