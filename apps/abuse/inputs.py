@@ -119,7 +119,7 @@ def reason_clean(text: str) -> str:
         )
     if len(text) > REASON_MAX:
         raise ValueError(
-            _("Keep the reason under %(max)d characters (it has %(n)d).")
+            _("The reason may be at most %(max)d characters long (it has %(n)d).")
             % {"max": REASON_MAX, "n": len(text)}
         )
     return text
