@@ -12,6 +12,7 @@ from their assignment time, marked as reconstructed from the current state.
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,35 +131,79 @@ class _Replay:
             self.devices.pop(pk, None)
 
 
-def _confirmed(row: _Row) -> bool:
-    """A row still running after the replay is written only if the address is held so now."""
+def _held_now() -> set[tuple[str, str, int]]:
+    """(kind, address, holder id) of every address held now: what confirms a running row."""
     from apps.network.models import Device, PublicAddress
 
-    if row.kind == HolderKind.PUBLIC_IPV4:
-        return PublicAddress.objects.filter(address=row.address, member_id=row.member_id).exists()
-    field_name = "ipv4" if row.kind == HolderKind.PRIVATE_IPV4 else "ipv6"
-    return Device.objects.filter(pk=row.device_ref, **{field_name: row.address}).exists()
+    held = {
+        (HolderKind.PUBLIC_IPV4.value, address, member_id)
+        for address, member_id in PublicAddress.objects.filter(member__isnull=False).values_list(
+            "address", "member_id"
+        )
+    }
+    for pk, ipv4, ipv6 in Device.objects.values_list("pk", "ipv4", "ipv6").iterator():
+        held.add((HolderKind.PRIVATE_IPV4.value, ipv4, pk))
+        if ipv6:
+            held.add((HolderKind.IPV6.value, ipv6, pk))
+    return held
 
 
-def _write(row: _Row, source: str, names: dict[int, str]) -> bool:
-    """Insert `row` unless the history already has a row of the address overlapping it."""
-    period = DateTimeTZRange(row.start, row.end)
-    if AddressHolding.objects.filter(address=row.address, period__overlap=period).exists():
-        return False
-    AddressHolding.objects.create(
-        address=row.address,
-        kind=row.kind,
-        state=row.state,
-        period=period,
-        member_id=row.member_id,
-        member_name=names.get(row.member_id or 0, ""),
-        device_ref=row.device_ref,
-        device_name=row.device_name[:60],
-        mac=row.mac,
-        source=source,
-        cause=row.cause[:60],
-    )
-    return True
+def _confirmed(row: _Row, held: set[tuple[str, str, int]]) -> bool:
+    """A row still running after the replay is written only if the address is held so now."""
+    holder = row.member_id if row.kind == HolderKind.PUBLIC_IPV4 else row.device_ref
+    return (str(row.kind), row.address, holder or 0) in held
+
+
+class _Writer:
+    """Inserts rows in batches, skipping any that would overlap a row the history has (or
+    that this run wrote), so the exclusion constraint is never what refuses them."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names
+        self.known: dict[str, list[tuple[dt.datetime, dt.datetime | None]]] = defaultdict(list)
+        for address, period in AddressHolding.objects.values_list("address", "period").iterator():
+            self.known[address].append((period.lower, period.upper))
+        self.pending: list[AddressHolding] = []
+
+    def overlaps(self, row: _Row) -> bool:
+        return any(
+            (end is None or row.start < end) and (row.end is None or start < row.end)
+            for start, end in self.known[row.address]
+        )
+
+    def last_end(self, address: str) -> dt.datetime | None:
+        ends = [end for _start, end in self.known[address] if end is not None]
+        return max(ends) if ends else None
+
+    def running(self, address: str) -> bool:
+        return any(end is None for _start, end in self.known[address])
+
+    def add(self, row: _Row, source: str) -> bool:
+        if self.overlaps(row):
+            return False
+        self.known[row.address].append((row.start, row.end))
+        self.pending.append(
+            AddressHolding(
+                address=row.address,
+                kind=row.kind,
+                state=row.state,
+                period=DateTimeTZRange(row.start, row.end),
+                member_id=row.member_id,
+                member_name=self.names.get(row.member_id or 0, ""),
+                device_ref=row.device_ref,
+                device_name=row.device_name[:60],
+                mac=row.mac,
+                source=source,
+                cause=row.cause[:60],
+            )
+        )
+        if len(self.pending) >= 2000:
+            self.flush()
+        return True
+
+    def flush(self) -> None:
+        AddressHolding.objects.bulk_create(self.pending)
+        self.pending = []
 
 
 def _member_names(ids: set[int]) -> dict[int, str]:
@@ -207,26 +252,27 @@ def holdings_backfill() -> BackfillOutcome:
         outcome.entries += 1
         replay.apply(entry)
     candidates = [*replay.ended]
+    held = _held_now()
     for row in replay.running.values():
-        if _confirmed(row):
+        if _confirmed(row, held):
             candidates.append(row)
         else:
             outcome.unconfirmed += 1
     current = _current_rows()
-    names = _member_names({r.member_id for r in [*candidates, *current] if r.member_id})
+    writer = _Writer(_member_names({r.member_id for r in [*candidates, *current] if r.member_id}))
     for row in sorted(candidates, key=lambda r: r.start):
-        if _write(row, HoldingSource.AUDIT, names):
+        if writer.add(row, HoldingSource.AUDIT):
             outcome.written += 1
         else:
             outcome.already_known += 1
     for row in current:
-        running = AddressHolding.objects.filter(address=row.address, period__upper_inf=True)
-        if running.exists():
+        if writer.running(row.address):
             continue
         # Start after the last row the address has, so the reconstruction never overlaps it.
-        last = AddressHolding.objects.filter(address=row.address).order_by("-period").first()
-        if last is not None and last.period.upper and last.period.upper > row.start:
-            row.start = last.period.upper
-        if _write(row, HoldingSource.CURRENT, names):
+        last = writer.last_end(row.address)
+        if last is not None and last > row.start:
+            row.start = last
+        if writer.add(row, HoldingSource.CURRENT):
             outcome.from_current_state += 1
+    writer.flush()
     return outcome

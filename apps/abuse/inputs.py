@@ -39,11 +39,14 @@ def address_parse(text: str) -> str:
             _("Enter a single address, not a network (%(text)s).") % {"text": text[:60]}
         )
     try:
-        return str(ipaddress.ip_address(text.strip("[]")))
+        ip = ipaddress.ip_address(text.strip("[]"))
     except ValueError:
         raise ValueError(
             _("“%(text)s” is not an IPv4 or IPv6 address.") % {"text": text[:60]}
         ) from None
+    # ::ffff:198.51.100.7 (how some logs write IPv4) is the IPv4 address itself.
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return str(mapped or ip)
 
 
 def _offset_text(value: dt.datetime) -> str:

@@ -52,6 +52,7 @@ def test_a_time_without_offset_is_read_in_the_portals_time_zone(clock, lookup, a
     assert lookup(address, "2026-03-02 09:00 UTC").verdict == Verdict.HELD
     assert lookup(address, "2026-03-02T10:00:00+01:00").verdict == Verdict.HELD
     assert lookup(address, "2026-03-02T08:59:59+00:00").verdict == Verdict.NOBODY
+    assert lookup(f"::ffff:{address}", "2026-03-02 10:00").address == address
 
 
 @pytest.mark.parametrize(
@@ -248,3 +249,34 @@ def test_backfill_covers_addresses_held_now_without_any_audit(clock):
     outcome = holdings_backfill()
     assert outcome.from_current_state == 3
     assert set(AddressHolding.objects.values_list("source", flat=True)) == {HoldingSource.CURRENT}
+
+
+def test_the_prune_task_and_command_apply_the_retention(clock, settings, capsys):
+    from django.core.management import call_command
+
+    from workers.abuse import abuse_history_prune
+
+    settings.PORTAL_ABUSE_HISTORY_DAYS = 1
+    t = clock.now
+    AddressHoldingFactory(period=DateTimeTZRange(t, t + dt.timedelta(hours=1)))
+    AddressHoldingFactory(
+        period=DateTimeTZRange(t + dt.timedelta(days=1), t + dt.timedelta(days=2))
+    )
+    clock.advance(days=2, hours=12)
+    abuse_history_prune()
+    assert AddressHolding.objects.count() == 1
+    clock.advance(days=1)
+    call_command("abuse_prune")
+    assert "1 holding(s) older than 1 days" in capsys.readouterr().out
+    assert not AddressHolding.objects.exists()
+
+
+def test_the_lookup_log_is_read_only_in_the_admin(client_for, lookup, ann):
+    from django.urls import reverse
+
+    lookup(ann.public_ipv4.address, "2026-03-03 12:00", reason="CERT 42")
+    client = client_for("admin")
+    listing = client.get(reverse("admin:abuse_abuselookup_changelist"))
+    assert listing.status_code == 200
+    assert "CERT 42" in listing.content.decode()
+    assert client.get(reverse("admin:abuse_abuselookup_add")).status_code == 403

@@ -71,6 +71,6 @@ class Command(BaseCommand):
         for row in answer.evidence:
             out(
                 f"  {row.kind} #{row.ref} [{row.role}] {row.what} | "
-                f"{_when(row.start)} .. {_when(row.end) if row.end else 'still held'} | {row.source}"
+                f"{_when(row.start)} .. {_when(row.end) if row.end else 'open'} | {row.source}"
             )
         out(f"lookup #{answer.lookup.pk if answer.lookup else '-'} audited")
