@@ -242,12 +242,65 @@ def _summary(answer: LookupAnswer, row: AddressHolding | None) -> str:
     }
 
 
+def _holder_details(
+    answer: LookupAnswer, member_id: int, at: dt.datetime, *, device_ref: int | None, skip: int
+) -> None:
+    """Fill in the member's devices (all, or the one `device_ref`) and room at `at`."""
+    answer.devices, rows = devices_at(member_id=member_id, at=at, device_ref=device_ref)
+    answer.evidence.extend(_holding_evidence(r, "device") for r in rows if r.pk != skip)
+    answer.room, stay = _room_at(member_id, at)
+    if stay is not None:
+        answer.evidence.append(stay)
+
+
+def _prefix_holder(answer: LookupAnswer) -> bool:
+    """An IPv6 address no device was given: devices also pick their own (temporary) addresses
+    in their room's /64, and the firewall lets them send from any address of a /64 whose
+    devices all belong to one member. So that member is the answer; in a /64 shared by several
+    members only the devices' own addresses pass, and nobody is."""
+    ip = ipaddress.ip_address(answer.address)
+    if ip.version != 6:
+        return False
+    net = str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    rows = list(
+        AddressHolding.objects.filter(
+            kind=HolderKind.IPV6,
+            state=HoldingState.HELD,
+            period__contains=answer.at,
+            address__net_contained_or_equal=net,
+        ).select_related("member__user")
+    )
+    members = {r.member_id for r in rows}
+    if len(members) > 1:
+        answer.notes.append(
+            _(
+                "The /64 %(net)s was shared by devices of several members then; the firewall "
+                "let only the devices' own addresses send from it."
+            )
+            % {"net": net}
+        )
+    if len(members) != 1 or None in members:
+        return False
+    first = rows[0]
+    answer.verdict = Verdict.HELD
+    answer.member, answer.member_name = first.member, first.member_name
+    _holder_details(answer, first.member_id, answer.at, device_ref=None, skip=0)
+    answer.summary = _(
+        "%(address)s is no device's registered address, but lies in the /64 %(net)s, whose "
+        "devices all belonged to %(member)s at %(at)s (devices choose temporary IPv6 addresses "
+        "in it)."
+    ) % {"address": answer.address, "net": net, "member": first.member_name, "at": _when(answer.at)}
+    return True
+
+
 def lookup_answer(*, address: str, at: dt.datetime) -> LookupAnswer:
     """The answer for a normalised address and an aware time (see abuse_lookup, which audits)."""
     row = holding_at(address=address, at=at)
     answer = LookupAnswer(address=address, at=at, verdict=Verdict.NOBODY, summary="")
     if row is None:
         answer.evidence.extend(_neighbours(address, at))
+        if _prefix_holder(answer):
+            return answer
     elif row.state == HoldingState.QUARANTINED:
         answer.verdict = Verdict.QUARANTINED
         answer.holding = row
@@ -260,11 +313,7 @@ def lookup_answer(*, address: str, at: dt.datetime) -> LookupAnswer:
         answer.evidence.append(_holding_evidence(row, "answer"))
         if row.member_id is not None:
             one = None if row.kind == HolderKind.PUBLIC_IPV4 else row.device_ref
-            answer.devices, rows = devices_at(member_id=row.member_id, at=at, device_ref=one)
-            answer.evidence.extend(_holding_evidence(r, "device") for r in rows if r.pk != row.pk)
-            answer.room, stay = _room_at(row.member_id, at)
-            if stay is not None:
-                answer.evidence.append(stay)
+            _holder_details(answer, row.member_id, at, device_ref=one, skip=row.pk)
     answer.evidence.extend(_leases_at(address, at))
     answer.summary = _summary(answer, row)
     _add_notes(answer, row)

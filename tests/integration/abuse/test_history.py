@@ -157,8 +157,10 @@ def test_a_new_mac_starts_new_rows_and_a_new_ipv6_address(clock, lookup):
 
     assert [d.mac for d in lookup(laptop.ipv4, t - US).devices] == ["02:00:00:aa:00:01"]
     assert [d.mac for d in lookup(laptop.ipv4, t).devices] == ["02:00:00:aa:00:02"]
-    assert lookup(old6, t - US).verdict == Verdict.HELD
-    assert lookup(old6, t).verdict == Verdict.NOBODY
+    assert lookup(old6, t - US).holding.mac == "02:00:00:aa:00:01"
+    after = lookup(old6, t)  # no device's address any more, but still in Ann's own /64
+    assert (after.holding, after.member) == (None, ann)
+    assert "is no device's registered address" in after.summary
 
 
 def test_no_two_holders_of_one_address_at_once(clock):
@@ -220,3 +222,33 @@ def test_every_row_written_by_the_services_has_its_kind(clock):
     assert sorted(AddressHolding.objects.values_list("kind", flat=True)) == sorted(
         [HolderKind.PUBLIC_IPV4, HolderKind.PRIVATE_IPV4, HolderKind.IPV6]
     )
+
+
+def test_a_temporary_ipv6_address_in_a_members_own_64_is_that_member(clock, lookup):
+    import ipaddress
+
+    pool_create()
+    room = RoomFactory()
+    ann = member_registered(room=room, first_name="Ann")
+    member_check_in(member=ann, actor=None)
+    t = clock.now
+    laptop = device_add(ann, name="laptop")
+    temporary = str(ipaddress.ip_network(room.ipv6_prefix)[0x1234_5678_9ABC])
+    clock.advance(hours=1)
+
+    assert lookup(temporary, t - US).verdict == Verdict.NOBODY  # no device in the /64 yet
+    answer = lookup(temporary, t)
+    assert (answer.verdict, answer.member, answer.room) == (Verdict.HELD, ann, room.label)
+    assert [d.name for d in answer.devices] == ["laptop"]
+    assert room.ipv6_prefix in answer.summary
+    assert laptop.ipv6 in {e.what.split()[0] for e in answer.evidence}
+
+    bob = member_registered(room=room, first_name="Bob")  # a double room: a shared /64
+    member_check_in(member=bob, actor=None)
+    t_shared = clock.advance(minutes=1)
+    device_add(bob, name="tv")
+    clock.advance(minutes=1)
+    shared = lookup(temporary, t_shared)
+    assert shared.verdict == Verdict.NOBODY
+    assert any("shared by devices of several members" in note for note in shared.notes)
+    assert lookup(temporary, t_shared - US).member == ann
