@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
-from django.contrib.postgres.indexes import GistIndex
+from django.contrib.postgres.indexes import OpClass
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -50,10 +50,12 @@ class AddressHolding(models.Model):
         verbose_name = _("address holding")
         verbose_name_plural = _("address holdings")
         constraints = [
+            # inet_ops (not btree_gist's inet class): its index also answers "addresses in
+            # this /64 at time T" (<<=), which the IPv6 lookup asks.
             ExclusionConstraint(
                 name="addressholding_no_overlap",
                 expressions=[
-                    ("address", RangeOperators.EQUAL),
+                    (OpClass("address", name="inet_ops"), RangeOperators.EQUAL),
                     ("period", RangeOperators.OVERLAPS),
                 ],
             ),
@@ -61,10 +63,6 @@ class AddressHolding(models.Model):
                 condition=models.Q(state=HoldingState.HELD) | models.Q(kind=HolderKind.PUBLIC_IPV4),
                 name="addressholding_quarantine_is_public",
             ),
-        ]
-        indexes = [
-            # The devices a member had at a time (what a public IPv4 was NATed for).
-            GistIndex(fields=["member", "period"], name="addressholding_member_gist"),
         ]
 
     def __str__(self) -> str:

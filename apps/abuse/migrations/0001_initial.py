@@ -5,7 +5,6 @@ import django.contrib.postgres.fields.ranges
 import django.contrib.postgres.indexes
 import django.db.models.deletion
 from django.conf import settings
-from django.contrib.postgres.operations import BtreeGistExtension
 from django.db import migrations, models
 
 import apps.network.fields
@@ -26,8 +25,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        # btree_gist: "address WITH =" and "member WITH =" next to the ranges in GiST.
-        BtreeGistExtension(),
         migrations.RunPython(create_role_group, migrations.RunPython.noop),
         migrations.CreateModel(
             name="AbuseLookup",
@@ -166,14 +163,15 @@ class Migration(migrations.Migration):
                 "verbose_name": "address holding",
                 "verbose_name_plural": "address holdings",
                 "ordering": ["address", "period"],
-                "indexes": [
-                    django.contrib.postgres.indexes.GistIndex(
-                        fields=["member", "period"], name="addressholding_member_gist"
-                    )
-                ],
                 "constraints": [
                     django.contrib.postgres.constraints.ExclusionConstraint(
-                        expressions=[("address", "="), ("period", "&&")],
+                        expressions=[
+                            (
+                                django.contrib.postgres.indexes.OpClass("address", name="inet_ops"),
+                                "=",
+                            ),
+                            ("period", "&&"),
+                        ],
                         name="addressholding_no_overlap",
                     ),
                     models.CheckConstraint(
