@@ -36,7 +36,9 @@ class AbuseLookupView(RoleRequiredMixin, View):
     required_roles = (Role.ABUSE,)
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        return _render(request, LookupForm())
+        # ?address=...&at=... prefills the form (a link from a complaint); only POST looks up.
+        initial = {name: request.GET.get(name, "")[:100] for name in ("address", "at")}
+        return _render(request, LookupForm(initial=initial))
 
     def post(self, request: HttpRequest) -> HttpResponse:
         form = LookupForm(request.POST)

@@ -56,9 +56,11 @@ def test_anonymous_is_sent_to_log_in(client, ann):
 @pytest.mark.parametrize("role", ["abuse", "admin"])
 def test_the_page_answers_with_member_devices_room_and_evidence(client_for, ann, role):
     client = client_for(role)
-    page = client.get(PAGE)
+    page = client.get(PAGE, {"address": "198.51.100.9", "at": "2026-03-03 12:00"})
     assert page.status_code == 200
     assert "Europe/Berlin" in page.content.decode()
+    assert 'value="198.51.100.9"' in page.content.decode()  # prefilled from a link
+    assert not AbuseLookup.objects.exists()  # showing the form looks nothing up
     response = client.post(PAGE, _form(ann.public_ipv4.address), HTTP_HX_REQUEST="true")
     html = response.content.decode()
     assert response.status_code == 200
