@@ -97,6 +97,21 @@ class PortalCollector:
             "portal_firewall_health_age_seconds", "Age of the newest health sample",
             labels=["host"],
         )  # fmt: skip
+        vrrp = GaugeMetricFamily(
+            "portal_firewall_vrrp_primary",
+            "1 when the host holds the family's virtual addresses (VRRP MASTER), 0 otherwise",
+            labels=["host", "site", "family"],
+        )
+        daemon_up = GaugeMetricFamily(
+            "portal_firewall_ha_daemon_up",
+            "1 when keepalived / conntrackd runs on the host (hosts of a pair only)",
+            labels=["host", "daemon"],
+        )
+        sync_lost = GaugeMetricFamily(
+            "portal_firewall_sync_lost_messages",
+            "conntrackd's lost sync messages since it started (rising: the sync stalls)",
+            labels=["host"],
+        )
         now = timezone.now()
         for host in FirewallHost.objects.filter(enabled=True).select_related("site"):
             site = host.site.name if host.site_id else ""
@@ -119,7 +134,18 @@ class PortalCollector:
                 ct_max.add_metric([host.name], float(sample.conntrack_max))
             for cpu, share in enumerate(sample.softirq_per_cpu or []):
                 softirq.add_metric([host.name, str(cpu)], float(share))
-        yield from (reachable, behind, drift, ct, ct_max, softirq, age)
+            ha = sample.ha or {} if sample.reachable else {}
+            for family, info in sorted((ha.get("instances") or {}).items()):
+                state = (info or {}).get("state")
+                vrrp.add_metric([host.name, site, family], 1.0 if state == "MASTER" else 0.0)
+            for daemon in ("keepalived", "conntrackd"):
+                if daemon in ha:
+                    running = (ha.get(daemon) or {}).get("running")
+                    daemon_up.add_metric([host.name, daemon], 1.0 if running else 0.0)
+            lost = ((ha.get("conntrackd") or {}).get("stats") or {}).get("lost_messages")
+            if lost is not None:
+                sync_lost.add_metric([host.name], float(lost))
+        yield from (reachable, behind, drift, ct, ct_max, softirq, age, vrrp, daemon_up, sync_lost)
 
     def _pushes(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import zlib
 
 from django.conf import settings
@@ -19,6 +20,39 @@ HOST_PATH_VALIDATOR = RegexValidator(
     r"^/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*$",
     _("An absolute path of letters, digits and _ . + - only."),
 )
+VIRTUAL_SIDES = ("member", "uplink")
+
+
+def parse_virtual_addresses(text: str) -> list[tuple[str, str]]:
+    """The site's virtual addresses as (side, "address/prefix") pairs; ValueError naming the
+    line that is wrong."""
+    pairs = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2 or parts[0] not in VIRTUAL_SIDES or "/" not in parts[1]:
+            raise ValueError(
+                _('Line %(n)s: write "member ADDRESS/PREFIX" or "uplink ADDRESS/PREFIX".')
+                % {"n": number}
+            )
+        try:
+            iface = ipaddress.ip_interface(parts[1])
+        except ValueError:
+            raise ValueError(
+                _("Line %(n)s: %(value)s is not an address with its prefix length.")
+                % {"n": number, "value": parts[1]}
+            ) from None
+        pairs.append((parts[0], str(iface)))
+    return pairs
+
+
+def validate_virtual_addresses(text: str) -> None:
+    try:
+        parse_virtual_addresses(text)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 class Site(models.Model):
@@ -56,6 +90,67 @@ class Site(models.Model):
         default="10.100.0.1",
         db_default="10.100.0.1",
         help_text=_("The router DHCP names: the pair's virtual address on the member side."),
+    )
+    # The pair's failover (keepalived + conntrackd; docs/ha.md). Empty: no virtual addresses,
+    # the site's hosts run no VRRP.
+    virtual_addresses = models.TextField(
+        _("virtual addresses"),
+        blank=True,
+        default="",
+        db_default="",
+        validators=[validate_virtual_addresses],
+        help_text=_(
+            'One per line: "member ADDRESS/PREFIX" or "uplink ADDRESS/PREFIX", e.g. '
+            '"member 10.100.0.1/16". They follow the primary of their family (IPv4 or IPv6). '
+            "Empty: no failover."
+        ),
+    )
+    vrrp_id = models.PositiveSmallIntegerField(
+        _("VRRP router id"),
+        default=51,
+        db_default=51,
+        validators=[MinValueValidator(1), MaxValueValidator(255)],
+    )
+    vrrp_advert_ms = models.PositiveIntegerField(
+        _("VRRP advert interval (ms)"),
+        default=100,
+        db_default=100,
+        validators=[MinValueValidator(10), MaxValueValidator(40950)],
+        help_text=_(
+            "The backup takes over after three missed adverts: 100 ms gives about 0.35 s. "
+            "A multiple of 10 ms (VRRPv3)."
+        ),
+    )
+    vrrp_preempt = models.BooleanField(
+        _("primary takes its role back"),
+        default=True,
+        db_default=True,
+        help_text=_("After it returns, the primary of a family takes the role back (failback)."),
+    )
+    vrrp_preempt_delay = models.PositiveSmallIntegerField(
+        _("failback delay (s)"),
+        default=2,
+        db_default=2,
+        validators=[MaxValueValidator(1000)],
+        help_text=_("Time for a returning host to receive the connection states first."),
+    )
+    ipv4_primary = models.ForeignKey(
+        "firewall.FirewallHost",
+        verbose_name=_("IPv4 primary"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text=_("Empty: the first host in rollout order."),
+    )
+    ipv6_primary = models.ForeignKey(
+        "firewall.FirewallHost",
+        verbose_name=_("IPv6 primary"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text=_("Empty: the second host in rollout order."),
     )
 
     class Meta:
@@ -195,6 +290,43 @@ class FirewallHost(models.Model):
         default="/var/lib/kea/kea-leases4.csv",
         validators=[HOST_PATH_VALIDATOR],
     )
+    sync_interface = models.CharField(
+        _("sync link interface"),
+        max_length=15,
+        blank=True,
+        help_text=_(
+            "The pair's dedicated link (VRRP adverts, conntrackd). Empty: this host takes no "
+            "part in failover."
+        ),
+    )
+    sync_address4 = models.GenericIPAddressField(
+        _("sync link address (IPv4)"), protocol="IPv4", null=True, blank=True
+    )
+    sync_address6 = models.GenericIPAddressField(
+        _("sync link address (IPv6)"),
+        protocol="IPv6",
+        null=True,
+        blank=True,
+        help_text=_("Needed when the site has IPv6 virtual addresses."),
+    )
+    ha_run_dir = models.CharField(
+        _("HA state directory"),
+        max_length=100,
+        default="/run/portal-ha",
+        validators=[HOST_PATH_VALIDATOR],
+    )
+    ha_notify = models.CharField(
+        _("HA notify program"),
+        max_length=100,
+        default="/usr/local/sbin/portal-ha",
+        validators=[HOST_PATH_VALIDATOR],
+    )
+    conntrackd_config = models.CharField(
+        _("conntrackd configuration"),
+        max_length=100,
+        default="/etc/conntrackd/conntrackd.conf",
+        validators=[HOST_PATH_VALIDATOR],
+    )
     # The digest the host read back right after it applied its confirmed bundle, and the parts
     # of its newest read-back that differ from it (drift by content; empty: it matched).
     confirmed_digest = models.JSONField(_("confirmed digest"), default=dict, blank=True)
@@ -263,6 +395,14 @@ class FirewallHost(models.Model):
             errors["management_interfaces"] = _("%(name)s is also a data interface.") % {
                 "name": sorted(clash)[0]
             }
+        if self.sync_interface and not IFNAME_RE.fullmatch(self.sync_interface):
+            errors["sync_interface"] = _("1 to 15 characters of A-Z a-z 0-9 _ . -")
+        elif self.sync_interface in data_sides:
+            errors["sync_interface"] = _("%(name)s is also a data interface.") % {
+                "name": self.sync_interface
+            }
+        if self.sync_interface and not self.sync_address4:
+            errors["sync_address4"] = _("The sync link needs this host's IPv4 address on it.")
         if self.shaping_root == ShapingRoot.HTB and self.tx_queues != 1:
             errors["tx_queues"] = _("One HTB has one queue: choose the mq layout for more.")
         if errors:

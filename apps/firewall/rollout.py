@@ -265,7 +265,35 @@ def health_problem(reply: HelperReply, *, expected: str) -> str:
     limit = settings.PORTAL_HEALTH_CONNTRACK_MAX_RATIO
     if conntrack.get("ratio") is not None and conntrack["ratio"] > limit:
         return f"health: conntrack table {conntrack['ratio']:.0%} full (limit {limit:.0%})"
+    ha = data.get("ha") or {}
+    for daemon in ("keepalived", "conntrackd"):
+        if ha and not (ha.get(daemon) or {}).get("running", True):
+            return f"health: {daemon} is not running after the apply"
     return ""
+
+
+def backup_first(hosts: list[FirewallHost]) -> list[FirewallHost]:
+    """Rollout order within a site: the hosts of a pair that hold fewer primary roles first
+    (judged from their newest health sample), the IPv4 primary last, then rollout order. A
+    bundle the backup refuses or that leaves it unhealthy never reaches the primary."""
+    from apps.health.models import HostHealthSample
+
+    paired = [h.pk for h in hosts if h.sync_interface]
+    roles: dict[int, dict] = {}
+    for pk in paired:
+        sample = HostHealthSample.objects.filter(host_id=pk).order_by("-at", "-id").first()
+        if sample is not None and sample.reachable:
+            roles[pk] = {
+                name: (info or {}).get("state")
+                for name, info in ((sample.ha or {}).get("instances") or {}).items()
+            }
+
+    def key(host: FirewallHost) -> tuple:
+        mine = roles.get(host.pk, {})
+        masters = sum(1 for state in mine.values() if state == "MASTER")
+        return (masters, mine.get("ipv4") == "MASTER", host.rollout_order, host.name)
+
+    return sorted(hosts, key=key)
 
 
 def ruleset_push(
@@ -294,7 +322,7 @@ def _rollout(
     unreachable host is skipped: it stays pending and gets the newest version when it returns.
     A pinned host is skipped and says so: staff hold it on the version they put back."""
     outcomes: list[PushOutcome] = []
-    ordered = sorted((h for h in hosts if h.enabled), key=lambda h: (h.rollout_order, h.name))
+    ordered = backup_first([h for h in hosts if h.enabled])
     # Connect to every host that may be due at once, on one loop: the later hosts' handshakes
     # run while the first host is pushed, so their turn starts with a connection. Connecting
     # runs no helper verb; a host whose turn never comes sees its connection closed.

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from apps.audit.services import audit_record
 from apps.firewall import dispatch
@@ -80,3 +81,21 @@ def host_unpin(*, host: FirewallHost, actor: Any) -> None:
     transaction.on_commit(
         lambda: firewall_change_request(cause=cause, force=True, site_ids=[site_id])
     )
+
+
+def host_state_resync(*, host: FirewallHost, actor: Any) -> dict:
+    """Ask the peer's conntrackd for a full resync of the connection states into `host`
+    (staff action after a sync problem; audited). Returns the host's failover state."""
+    from apps.firewall.transport import FirewallUnreachable, session_for
+
+    if not host.sync_interface:
+        raise ValueError(_("%(host)s is not one of a pair.") % {"host": host.name})
+    try:
+        with session_for(host) as session:
+            reply = session.call("ha-resync", timeout=60)
+    except FirewallUnreachable as exc:
+        raise ValueError(str(exc)) from None
+    if not reply.ok:
+        raise ValueError(reply.message)
+    audit_record(actor=actor, action="firewall.state_resync", obj=host, changes={})
+    return reply.data.get("ha") or {}

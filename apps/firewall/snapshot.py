@@ -348,6 +348,67 @@ def firewall_snapshot_build(*, host: FirewallHost, data: SnapshotData | None = N
         ),
         members=members,
         dhcp=_dhcp_build(host, data, members, buildings) if host.serves_dhcp else None,
+        ha=_ha_build(host),
+    )
+
+
+def _ha_build(host: FirewallHost) -> rs.Ha | None:
+    """keepalived's and conntrackd's input for `host`, or None when it is not one of a pair.
+
+    A pair is the two enabled hosts of a site with a sync link, when the site has virtual
+    addresses. The IPv4 primary is the site's choice or the first host in rollout order, the
+    IPv6 primary the site's choice or the second: the primary's instance gets priority 200,
+    the other 100."""
+    from apps.firewall.models import parse_virtual_addresses
+
+    site = host.site
+    if not host.sync_interface or not site.virtual_addresses.strip():
+        return None
+    pair = list(
+        site.hosts.filter(enabled=True).exclude(sync_interface="").order_by("rollout_order", "name")
+    )
+    if host not in pair:
+        return None
+    if len(pair) != 2:
+        raise rs.SnapshotError(
+            f"site {site.name}: failover needs exactly two enabled hosts with a sync link, "
+            f"found {len(pair)}"
+        )
+    peer = pair[1] if pair[0].pk == host.pk else pair[0]
+    primary4 = site.ipv4_primary_id or pair[0].pk
+    primary6 = site.ipv6_primary_id or pair[1].pk
+    side = {
+        "member": host.interface_names("member_interfaces")[0],
+        "uplink": host.interface_names("uplink_interfaces")[0],
+    }
+    try:
+        pairs = parse_virtual_addresses(site.virtual_addresses)
+    except ValueError as exc:
+        raise rs.SnapshotError(f"site {site.name}: virtual addresses: {exc}") from None
+    v4 = tuple((side[s], a) for s, a in pairs if ipaddress.ip_interface(a).version == 4)
+    v6 = tuple((side[s], a) for s, a in pairs if ipaddress.ip_interface(a).version == 6)
+    return rs.Ha(
+        sync_interface=host.sync_interface,
+        local4=host.sync_address4,
+        peer4=peer.sync_address4,
+        local6=host.sync_address6 or None,
+        peer6=peer.sync_address6 or None,
+        priority4=200 if host.pk == primary4 else 100,
+        priority6=200 if host.pk == primary6 else 100,
+        addresses4=v4,
+        addresses6=v6,
+        vrid=site.vrrp_id,
+        advert_ms=site.vrrp_advert_ms,
+        preempt=site.vrrp_preempt,
+        preempt_delay=site.vrrp_preempt_delay,
+        track_interfaces=(
+            *host.interface_names("member_interfaces"),
+            *host.interface_names("uplink_interfaces"),
+        ),
+        ignore_addresses=(host.address, peer.address),
+        run_dir=host.ha_run_dir,
+        notify=host.ha_notify,
+        conntrackd_config=host.conntrackd_config,
     )
 
 

@@ -15,4 +15,5 @@ urlpatterns = [
     path("firewalls/<slug:name>/diff/", views.VersionDiffView.as_view(), name="version_diff"),
     path("firewalls/<slug:name>/rollback/", views.RollbackView.as_view(), name="rollback"),
     path("firewalls/<slug:name>/unpin/", views.UnpinView.as_view(), name="unpin"),
+    path("firewalls/<slug:name>/resync/", views.StateResyncView.as_view(), name="state_resync"),
 ]

@@ -7,6 +7,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views import View
 
@@ -15,7 +16,13 @@ from apps.audit.selectors import audit_for_object
 from apps.firewall.models import FirewallHost, Site
 from apps.firewall.pipeline import push_request_outcome
 from apps.firewall.selectors import host_push_log, host_versions, version_changes, version_diff
-from apps.firewall.services import PinRefused, firewall_push_now, host_pin, host_unpin
+from apps.firewall.services import (
+    PinRefused,
+    firewall_push_now,
+    host_pin,
+    host_state_resync,
+    host_unpin,
+)
 from apps.health.selectors import firewall_host_states, host_health_series
 from apps.health.services import host_warnings
 
@@ -44,13 +51,16 @@ class FirewallHostDetailView(StaffRequiredMixin, View):
     def get(self, request: HttpRequest, name: str) -> HttpResponse:
         host = get_object_or_404(FirewallHost, name=name)
         sample = host.health_samples.first()
+        state = next((st for st in firewall_host_states() if st.host.pk == host.pk), None)
         log_page = Paginator(host_push_log(host=host), 25).get_page(request.GET.get("log"))
         versions = host_versions(host=host)[:50]
         context = {
             "host": host,
             "sample": sample,
-            "warnings": host_warnings(host=host, sample=sample),
-            "series": host_health_series(host=host),
+            "warnings": state.warnings if state else host_warnings(host=host, sample=sample),
+            "state": state,
+            # The charts draw times in the portal's zone, not the browser's.
+            "series": {**host_health_series(host=host), "tz": timezone.get_current_timezone_name()},
             "log_page": log_page,
             "versions": versions,
             "audit": Paginator(audit_for_object(obj=host), 20).get_page(
@@ -155,4 +165,24 @@ class UnpinView(RoleRequiredMixin, View):
             _("%(host)s is no longer pinned; the newest version is on its way.")
             % {"host": host.name},
         )
+        return redirect("firewall:host_detail", name=host.name)
+
+
+class StateResyncView(RoleRequiredMixin, View):
+    """Admins: the host asks its peer's conntrackd for every connection state again (audited)."""
+
+    required_roles = (Role.ADMIN,)
+
+    def post(self, request: HttpRequest, name: str) -> HttpResponse:
+        host = get_object_or_404(FirewallHost, name=name)
+        try:
+            host_state_resync(host=host, actor=request.user)
+        except ValueError as exc:
+            messages.error(request, _("Resync failed: %(error)s") % {"error": exc})
+        else:
+            messages.success(
+                request,
+                _("%(host)s asked its peer for every connection state again.")
+                % {"host": host.name},
+            )
         return redirect("firewall:host_detail", name=host.name)

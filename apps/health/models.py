@@ -24,6 +24,9 @@ class HostHealthSample(models.Model):
     load1 = models.FloatField(null=True, blank=True)
     interfaces = models.JSONField(default=dict, blank=True)
     digest = models.CharField(_("content digest"), max_length=64, blank=True)
+    # The pair's failover on this host (portal-fw health "ha"): VRRP state per instance,
+    # keepalived and conntrackd running, conntrackd's sync statistics. Empty: not one of a pair.
+    ha = models.JSONField(_("failover state"), default=dict, blank=True)
     error = models.TextField(blank=True)
 
     class Meta:

@@ -9,7 +9,7 @@ from django.db.models import OuterRef, Subquery
 
 from apps.firewall.models import FirewallHost
 from apps.health.models import HostHealthSample
-from apps.health.services import HealthWarning, host_warnings
+from apps.health.services import HealthWarning, host_warnings, pair_warnings, vrrp_roles
 
 
 @dataclass
@@ -19,6 +19,16 @@ class HostState:
     host: FirewallHost
     sample: HostHealthSample | None
     warnings: list[HealthWarning] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)  # VRRP state per family, when a pair
+
+    @property
+    def primary_for(self) -> list[str]:
+        """The families this host is primary for ("IPv4", "IPv6")."""
+        return [
+            {"ipv4": "IPv4", "ipv6": "IPv6"}[f]
+            for f, s in sorted(self.roles.items())
+            if s == "MASTER"
+        ]
 
     @property
     def ok(self) -> bool:
@@ -38,10 +48,18 @@ def firewall_host_states() -> list[HostState]:
     samples = HostHealthSample.objects.in_bulk(
         [h.newest_sample_id for h in hosts if h.newest_sample_id]
     )
+    by_host = {h.pk: samples.get(h.newest_sample_id) for h in hosts}
+    pairs: dict[int, list[FirewallHost]] = {}
+    for host in hosts:
+        if host.enabled and host.sync_interface:
+            pairs.setdefault(host.site_id, []).append(host)
     states = []
     for host in hosts:
-        sample = samples.get(host.newest_sample_id)
-        states.append(HostState(host, sample, host_warnings(host=host, sample=sample)))
+        sample = by_host[host.pk]
+        warnings = host_warnings(host=host, sample=sample)
+        if host in pairs.get(host.site_id, ()):
+            warnings += pair_warnings(by_host, pairs[host.site_id])
+        states.append(HostState(host, sample, warnings, vrrp_roles(sample)))
     return states
 
 
@@ -65,3 +83,27 @@ def host_health_series(*, host: FirewallHost, limit: int = 120) -> dict[str, lis
         ],
         "load1": [load for *_, load in rows],
     }
+
+
+def failed_over_families(states: list[HostState]) -> list[str]:
+    """The families ("IPv4", "IPv6") whose traffic runs on the backup of its pair now: the
+    primary VRRP role is held by a host that is not the site's designated primary."""
+    pairs: dict[int, list[HostState]] = {}
+    for state in states:
+        if state.host.enabled and state.host.sync_interface:
+            pairs.setdefault(state.host.site_id, []).append(state)
+    moved = []
+    for members in pairs.values():
+        if len(members) != 2:
+            continue
+        members.sort(key=lambda st: (st.host.rollout_order, st.host.name))
+        site = members[0].host.site
+        designated = {
+            "ipv4": site.ipv4_primary_id or members[0].host.pk,
+            "ipv6": site.ipv6_primary_id or members[1].host.pk,
+        }
+        for family, label in (("ipv4", "IPv4"), ("ipv6", "IPv6")):
+            holders = [st.host.pk for st in members if st.roles.get(family) == "MASTER"]
+            if holders and designated[family] not in holders and label not in moved:
+                moved.append(label)
+    return moved

@@ -56,6 +56,7 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
         load1=(data.get("loadavg") or [None])[0],
         interfaces=data.get("interfaces") or {},
         digest=str((data.get("digest") or {}).get("total") or "")[:64],
+        ha=data.get("ha") or {},
     )
     host_digest_compare(host=host, digest=data.get("digest") or {})
     return _store(host, sample)
@@ -118,6 +119,7 @@ def host_warnings(*, host: FirewallHost, sample: HostHealthSample | None) -> lis
                 _("Softirq load %(pct)d%% on one core.") % {"pct": round(share * 100)},
             )
         )
+    found += ha_warnings(host=host, sample=sample)
     if host.drift:
         found.append(
             HealthWarning(
@@ -137,6 +139,126 @@ def host_warnings(*, host: FirewallHost, sample: HostHealthSample | None) -> lis
                 },
             )
         )
+    return found
+
+
+FAMILY_LABELS = {"ipv4": "IPv4", "ipv6": "IPv6"}
+
+
+def vrrp_roles(sample: HostHealthSample | None) -> dict[str, str]:
+    """{"ipv4": "MASTER", ...}: the VRRP state of each instance in `sample` ("" if unknown)."""
+    if sample is None or not sample.reachable or not sample.ha:
+        return {}
+    return {
+        name: str((info or {}).get("state") or "")
+        for name, info in (sample.ha.get("instances") or {}).items()
+        if name in FAMILY_LABELS
+    }
+
+
+def ha_warnings(*, host: FirewallHost, sample: HostHealthSample) -> list[HealthWarning]:
+    """One host's part of the pair: its daemons and its sync statistics."""
+    ha = sample.ha or {}
+    if not ha:
+        return []
+    if ha.get("error"):
+        return [
+            HealthWarning("ha-unknown", _("Failover state unreadable: %(e)s") % {"e": ha["error"]})
+        ]
+    found = []
+    if not (ha.get("keepalived") or {}).get("running", True):
+        found.append(
+            HealthWarning(
+                "keepalived-down",
+                _("keepalived is not running: this host takes no role if its peer fails."),
+            )
+        )
+    conntrackd = ha.get("conntrackd") or {}
+    if not conntrackd.get("running", True):
+        found.append(
+            HealthWarning(
+                "conntrackd-down",
+                _(
+                    "conntrackd is not running: a failover to or from this host drops every "
+                    "connection."
+                ),
+            )
+        )
+    stats = conntrackd.get("stats") or {}
+    previous = (
+        HostHealthSample.objects.filter(host=host, at__lt=sample.at)
+        .exclude(ha={})
+        .order_by("-at")
+        .values_list("ha", flat=True)
+        .first()
+    )
+    before = ((previous or {}).get("conntrackd") or {}).get("stats") or {}
+    rising = [
+        key
+        for key in ("lost_messages", "send_errors", "receive_errors", "external_created_failed")
+        if key in stats and key in before and stats[key] > before[key]
+    ]
+    if rising:
+        found.append(
+            HealthWarning(
+                "sync-errors",
+                _("State sync errors rising: %(what)s.") % {"what": ", ".join(rising)},
+            )
+        )
+    for name, state in sorted(vrrp_roles(sample).items()):
+        if state == "FAULT":
+            found.append(
+                HealthWarning(
+                    "vrrp-fault",
+                    _("%(family)s failover instance in FAULT (a tracked link is down).")
+                    % {"family": FAMILY_LABELS[name]},
+                )
+            )
+    return found
+
+
+def pair_warnings(
+    samples: dict[int, HostHealthSample | None], pair: list[FirewallHost]
+) -> list[HealthWarning]:
+    """What only both hosts together tell: no primary or two primaries for a family, and
+    connection counts that diverge (the backup's states are not those of the primary)."""
+    roles = [vrrp_roles(samples.get(h.pk)) for h in pair]
+    if len(pair) != 2 or not all(roles):
+        return []
+    found = []
+    for name, label in FAMILY_LABELS.items():
+        states = [r.get(name) for r in roles]
+        if not any(states):
+            continue
+        masters = sum(1 for s in states if s == "MASTER")
+        if masters == 0:
+            found.append(
+                HealthWarning(
+                    "no-primary",
+                    _("No primary for %(family)s: its gateway is down.") % {"family": label},
+                )
+            )
+        elif masters == 2:
+            found.append(
+                HealthWarning(
+                    "both-primary",
+                    _("Both hosts are primary for %(family)s (split brain: the sync link is cut?).")
+                    % {"family": label},
+                )
+            )
+    stats = [((samples[h.pk].ha.get("conntrackd") or {}).get("stats") or {}) for h in pair]
+    for mine, peer, host in ((stats[0], stats[1], pair[1]), (stats[1], stats[0], pair[0])):
+        have, expect = peer.get("external_active"), mine.get("internal_active")
+        if have is None or expect is None:
+            continue
+        if abs(have - expect) > max(100, expect // 5):
+            found.append(
+                HealthWarning(
+                    "sync-diverges",
+                    _("%(host)s holds %(have)s of its peer's %(expect)s connection states.")
+                    % {"host": host.name, "have": have, "expect": expect},
+                )
+            )
     return found
 
 

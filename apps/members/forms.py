@@ -60,12 +60,30 @@ class TestAccessForm(forms.Form):
         return until
 
 
+class CheckInForm(forms.Form):
+    """Check-in needs the ID seen at the desk: the box is the volunteer's word for it."""
+
+    identity_checked = forms.BooleanField(
+        label=_("Identity checked: I have seen an official photo ID, and it matches this person."),
+        error_messages={
+            "required": _(
+                "Tick “Identity checked” once you have seen the photo ID; nobody was checked in."
+            )
+        },
+    )
+
+
 class EndForm(forms.Form):
     note = forms.CharField(label=_("Note (optional)"), max_length=200, required=False)
     confirm = forms.BooleanField(
         label=_(
             "Yes, end this membership: the public address goes into quarantine and all devices are removed."
-        )
+        ),
+        error_messages={
+            "required": _(
+                "Tick the box to end the membership; nothing was changed. Ending cannot be undone."
+            )
+        },
     )
 
 

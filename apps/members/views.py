@@ -83,7 +83,7 @@ class StaffOr404Mixin(LoginRequiredMixin):
 
 ACTIONS: dict[str, tuple[type[forms.Form] | None, Any]] = {
     "check-in": (
-        None,
+        member_forms.CheckInForm,
         lambda m, a, d: services.member_check_in(member=m, actor=a),
     ),
     "test-access": (
@@ -109,6 +109,10 @@ ACTIONS: dict[str, tuple[type[forms.Form] | None, Any]] = {
         ),
     ),
 }
+
+
+# The box that confirms an action with consequences; the server refuses the action without it.
+CONFIRM_BOXES = {"check-in": "identity_checked", "end": "confirm"}
 
 
 def _done_message(action: str, member: Member) -> str:
@@ -138,6 +142,7 @@ class MemberDetailView(StaffOr404Mixin, View):
         self, request: HttpRequest, member: Member, bound: dict[str, forms.Form] | None = None
     ) -> HttpResponse:
         action_forms = {
+            "check_in": member_forms.CheckInForm(),
             "test_access": member_forms.TestAccessForm(),
             "suspend": member_forms.SuspendForm(),
             "move": member_forms.MoveForm(),
@@ -178,6 +183,9 @@ class MemberDetailView(StaffOr404Mixin, View):
         key = action.replace("-", "_")
         form = form_class(request.POST) if form_class else None
         if form is not None and not form.is_valid():
+            box = CONFIRM_BOXES.get(action)
+            if box in form.errors:  # said at the top too: the form may be far down the page
+                messages.error(request, " ".join(form.errors[box]))
             return self._render(request, member, {key: form})
         try:
             run(member, request.user, form.cleaned_data if form else {})

@@ -12,11 +12,12 @@ from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import formats, timezone
 from django.utils.translation import gettext, ngettext
 from django.views import View
-from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
+from django_htmx.http import trigger_client_event
 
 from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role
 from apps.firewall.live import LiveHosts, live_attach, live_hosts
@@ -622,6 +623,45 @@ def _test_access_section(request: HttpRequest, member: Member, **kwargs: Any) ->
     return redirect(url)
 
 
+def _test_access_done_text(action: str, member: Member) -> str:
+    if action == "end":
+        return gettext("Test access ended; the member is pending again.")
+    until = formats.date_format(member.test_access_until, "SHORT_DATE_FORMAT")
+    if action == "grant":
+        return gettext("Test access granted until %(until)s (last day).") % {"until": until}
+    return gettext("Test access extended until %(until)s (last day).") % {"until": until}
+
+
+def _test_access_done(request: HttpRequest, member: Member, action: str) -> HttpResponse:
+    """After a grant, extension or end: for htmx the panel again in place, with fresh forms and
+    the confirmation, plus the member's status, facts and audit trail out of band (they changed
+    with it); the member page with the message otherwise."""
+    member = _member_or_404(request, member.pk)  # status, dates and access as saved
+    text = _test_access_done_text(action, member)
+    if not request.htmx:
+        messages.success(request, text)
+        return redirect(reverse("members:member_detail", args=[member.pk]) + "#test-access")
+    from apps.audit.selectors import audit_for_member
+
+    context = {
+        "member": member,
+        **member_test_access_context(request=request, member=member, notice=text),
+    }
+    html = render_to_string("network/partials/test_access.html", context, request=request)
+    oob = {
+        "member": member,
+        "oob": True,
+        "audit": Paginator(audit_for_member(member=member).select_related("actor"), 25).get_page(1),
+    }
+    for template in (
+        "members/member_detail.html#member-status",
+        "members/member_detail.html#member-facts",
+        "audit/partials/trail.html",
+    ):
+        html += render_to_string(template, oob, request=request)
+    return HttpResponse(html)
+
+
 class TestAccessActionView(StaffMemberMixin, View):
     """POST grant / extend / end a member's test access (volunteers, from the member page).
 
@@ -665,18 +705,7 @@ class TestAccessActionView(StaffMemberMixin, View):
             except NetworkError as exc:
                 _form_refused(request, form, exc)
             else:
-                messages.success(
-                    request,
-                    {
-                        "grant": gettext("Test access granted."),
-                        "extend": gettext("Test access extended."),
-                        "end": gettext("Test access ended; the member is pending again."),
-                    }[action],
-                )
-                url = reverse("members:member_detail", args=[member.pk]) + "#test-access"
-                if request.htmx:
-                    return HttpResponseClientRedirect(url)
-                return redirect(url)
+                return _test_access_done(request, member, action)
         _form_errors_to_messages(request, form)
         return _test_access_section(request, member, open_form=action, **{f"{action}_form": form})
 

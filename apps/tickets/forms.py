@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import re
 from typing import Any
 
 from django import forms
@@ -10,6 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from apps.core.localtime import zone_label
 from apps.members.models import Building
 from apps.tickets.choices import IncidentPhase, IncidentSeverity, TicketStatus
 from apps.tickets.models import Incident, Queue
@@ -33,11 +34,18 @@ class NoteForm(forms.Form):
     body = forms.CharField(label=_("Internal note"), widget=forms.Textarea(attrs={"rows": 3}))
 
 
+class IncidentChoiceField(forms.ModelChoiceField):
+    """An incident picker that names each by number, start day and title."""
+
+    def label_from_instance(self, obj: Any) -> str:
+        return obj.choice_label
+
+
 class TicketUpdateForm(forms.Form):
     status = forms.ChoiceField(label=_("Status"), choices=TicketStatus.choices)
     assignee = forms.ModelChoiceField(label=_("Assignee"), queryset=None, required=False)
     queue = forms.ModelChoiceField(label=_("Queue"), queryset=Queue.objects.all(), required=False)
-    incident = forms.ModelChoiceField(
+    incident = IncidentChoiceField(
         label=_("Incident"),
         queryset=Incident.objects.filter(ended_at__isnull=True),
         required=False,
@@ -67,8 +75,10 @@ class MemberPostForm(forms.Form):
 
 
 def _default_start() -> Any:
-    # Outages are usually declared a while after they began; tickets since then get linked.
-    return (timezone.localtime() - timedelta(hours=1)).replace(second=0, microsecond=0)
+    # Now, on the portal's clock: an earlier default ("an hour ago") read as a UTC clock and
+    # put "since 20:12" beside the incident's own first update at 21:12. Whoever knows better
+    # sets the real start; tickets since then get linked.
+    return timezone.localtime().replace(second=0, microsecond=0)
 
 
 class IncidentForm(forms.Form):
@@ -103,6 +113,14 @@ class IncidentForm(forms.Form):
     )
     public = forms.BooleanField(label=_("Show on the status page"), required=False, initial=True)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The browser sends datetime-local without a zone: it is read in the portal's zone.
+        self.fields["started_at"].help_text = _(
+            "Local time, %(zone)s. Set it to when the problem began: tickets since then are "
+            "linked automatically."
+        ) % {"zone": zone_label()}
+
     def clean_affected(self) -> list[str]:
         return split_list(self.cleaned_data["affected"])
 
@@ -124,16 +142,35 @@ class MassReplyForm(forms.Form):
     solve = forms.BooleanField(label=_("and mark them solved"), required=False)
 
 
+# A typo such as 1-100000 must not make a hundred thousand lookups.
+LINK_MAX_TICKETS = 500
+
+
 class LinkForm(forms.Form):
-    tickets = forms.CharField(label=_("Ticket numbers"), help_text=_("e.g. 12, 15, #17"))
+    tickets = forms.CharField(
+        label=_("Ticket numbers"), help_text=_("e.g. 12, 15, #17 or a range 334-353")
+    )
 
     def clean_tickets(self) -> list[int]:
-        numbers = []
-        for item in split_list(self.cleaned_data["tickets"].replace(" ", ",")):
-            item = item.lstrip("#")
-            if not item.isdigit():
+        """The numbers in the order given, each once; ranges (334-353, #334-#353, with an en dash too) expanded."""
+        text = re.sub(r"\s*[-\u2013]\s*", "-", self.cleaned_data["tickets"])  # "334 - 353"
+        numbers: dict[int, None] = {}
+        for item in split_list(text.replace(" ", ",")):
+            first, dash, last = item.partition("-")
+            first, last = first.strip().lstrip("#"), last.strip().lstrip("#")
+            if not first.isdigit() or (dash and not last.isdigit()):
                 raise forms.ValidationError(
-                    _("Not a ticket number: %(item)s"), params={"item": item}
+                    _("Not a ticket number or range: %(item)s"), params={"item": item}
                 )
-            numbers.append(int(item))
-        return numbers
+            low, high = int(first), int(last) if dash else int(first)
+            if high < low:
+                raise forms.ValidationError(
+                    _("The range %(item)s runs backwards; write the smaller number first."),
+                    params={"item": item},
+                )
+            if high - low + 1 + len(numbers) > LINK_MAX_TICKETS:
+                raise forms.ValidationError(
+                    _("At most %(max)d tickets at a time."), params={"max": LINK_MAX_TICKETS}
+                )
+            numbers.update(dict.fromkeys(range(low, high + 1)))
+        return list(numbers)

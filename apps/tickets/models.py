@@ -8,7 +8,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
-from django.utils import timezone
+from django.utils import formats, timezone
 from django.utils.translation import gettext_lazy as _
 
 from apps.accounts.roles import Role, has_role
@@ -89,6 +89,16 @@ class Incident(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def number(self) -> str:
+        return f"#{self.pk}"
+
+    @property
+    def choice_label(self) -> str:
+        """How pickers name it, since titles repeat ("Wi-Fi down"): "#12 · 11/25/2026 · title"."""
+        day = formats.date_format(timezone.localtime(self.started_at), "SHORT_DATE_FORMAT")
+        return f"{self.number} · {day} · {self.title}"
 
     @property
     def is_open(self) -> bool:

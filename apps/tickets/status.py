@@ -78,8 +78,15 @@ def _firewall_summary() -> dict[str, Any] | None:
             states = firewall_host_states()
     except Exception:
         return None
+    from apps.health.selectors import failed_over_families
+
     healthy = sum(1 for state in states if state.ok)
-    return {"total": len(states), "healthy": healthy, "degraded": len(states) - healthy}
+    return {
+        "total": len(states),
+        "healthy": healthy,
+        "degraded": len(states) - healthy,
+        "on_backup": failed_over_families(states),
+    }
 
 
 def status_data() -> tuple[dict[str, Any], bool]:

@@ -83,7 +83,15 @@ class InboxView(SupportRequiredMixin, View):
         action = request.POST.get("action", "")
         value: Any = request.POST.get("value", "")
         if action == "incident":
-            value = Incident.objects.filter(pk=value).first() if str(value).isdigit() else None
+            number = str(value).strip().lstrip("#")
+            value = Incident.objects.filter(pk=number).first() if number.isdigit() else None
+            if value is None:  # None would unlink the tickets instead
+                messages.error(
+                    request,
+                    _("There is no incident %(number)s; no ticket was changed.")
+                    % {"number": f"#{number}" if number.isdigit() else f"“{number}”"},
+                )
+                return redirect(request.POST.get("next") or reverse("tickets:inbox"))
         tickets = selectors.ticket_list(actor=request.user, filters={}).filter(pk__in=ids)
         try:
             count = services.tickets_bulk_update(
@@ -307,6 +315,56 @@ class IncidentListView(SupportRequiredMixin, View):
         return response
 
 
+def numbers_text(numbers: list[int]) -> str:
+    """#3, #7 to #9 (en dash): ticket numbers with runs shortened, for messages."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"#{a}" if a == b else f"#{a}\u2013#{b}" for a, b in runs)
+
+
+def _link_tickets(request: HttpRequest, incident: Incident, form: LinkForm) -> bool:
+    """Link the tickets the form names; say which numbers name no ticket. False (with the error
+    on the form) when none does."""
+    wanted = form.cleaned_data["tickets"]
+    tickets = list(selectors.ticket_list(actor=request.user, filters={}).filter(pk__in=wanted))
+    missing = sorted(set(wanted) - {t.pk for t in tickets})
+    text = numbers_text(missing)
+    if not tickets:
+        form.add_error(
+            "tickets",
+            ngettext(
+                "There is no ticket %(numbers)s.", "There are no tickets %(numbers)s.", len(missing)
+            )
+            % {"numbers": text},
+        )
+        return False
+    already = sum(1 for t in tickets if t.incident_id == incident.pk)
+    count = services.incident_tickets_link(incident=incident, tickets=tickets, actor=request.user)
+    done = ngettext("%(count)d ticket linked.", "%(count)d tickets linked.", count) % {
+        "count": count
+    }
+    if already:
+        done += " " + ngettext(
+            "%(count)d was linked already.", "%(count)d were linked already.", already
+        ) % {"count": already}
+    messages.success(request, done)
+    if missing:
+        messages.warning(
+            request,
+            ngettext(
+                "There is no ticket %(numbers)s; it was not linked.",
+                "There are no tickets %(numbers)s; they were not linked.",
+                len(missing),
+            )
+            % {"numbers": text},
+        )
+    return True
+
+
 class IncidentDetailView(SupportRequiredMixin, View):
     """Updates, linked tickets, link by hand, one reply to all, solve all, end."""
 
@@ -365,18 +423,7 @@ class IncidentDetailView(SupportRequiredMixin, View):
                     return redirect("tickets:incident_detail", pk=pk)
             elif action == "link":
                 form = forms["link_form"] = LinkForm(request.POST)
-                if form.is_valid():
-                    tickets = selectors.ticket_list(actor=user, filters={}).filter(
-                        pk__in=form.cleaned_data["tickets"]
-                    )
-                    count = services.incident_tickets_link(
-                        incident=incident, tickets=tickets, actor=user
-                    )
-                    messages.success(
-                        request,
-                        ngettext("%(count)d ticket linked.", "%(count)d tickets linked.", count)
-                        % {"count": count},
-                    )
+                if form.is_valid() and _link_tickets(request, incident, form):
                     return redirect("tickets:incident_detail", pk=pk)
             elif action == "unlink":
                 tickets = incident.tickets.filter(pk=request.POST.get("ticket") or 0)

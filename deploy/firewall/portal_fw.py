@@ -30,6 +30,7 @@ set of verbs with validated arguments and refuses everything else (never a shell
                                               shaping device, declared files) and which parts
                                               differ from the last apply-bundle
     dhcp-leases                               the leases Kea holds (declared kea-dhcp4 artefact)
+    ha-resync                                 ask the peer's conntrackd for a full resync
     help                                      this list
 
 confirm, rollback and the timer restore whatever the rollback point holds: the old `apply`'s
@@ -322,6 +323,7 @@ class Host:
         self.artefacts_file = artefacts_file
         self.artefacts: dict[str, FileArtefact] = {}
         self.digest_source = "auto"  # netlink, falling back to nft -j
+        self.ha_run_dir = Path("/run/portal-ha")
         self.version_set = tuple(version_set.split())
         self.name = name
         self.prefix = prefix
@@ -1847,6 +1849,8 @@ def collect_health(host: Host, sample_ms: int, *, digest: dict | None = None) ->
         "pending_confirm": _pending_summary(pending),
         "collect_seconds": round(time.monotonic() - started, 3),
     }
+    if "conntrackd" in host.artefacts or "keepalived" in host.artefacts:
+        answer["ha"] = ha_status(host)
     if digest is not None:
         answer["digest"] = public_digest(digest)
         recorded = ((state.get("digest") or {}).get("parts")) or {}
@@ -1856,6 +1860,38 @@ def collect_health(host: Host, sample_ms: int, *, digest: dict | None = None) ->
                 k for k in keys if recorded.get(k) != digest["parts"].get(k)
             )
     return answer
+
+
+HA_PROGRAM = Path(__file__).resolve().parent / "portal-ha"
+
+
+def ha_status(host: Host) -> dict:
+    """The pair's state on this host (deploy/firewall/portal-ha status): VRRP state per
+    instance, whether keepalived and conntrackd run, conntrackd's sync statistics."""
+    spec = host.artefacts.get("conntrackd")
+    conf = str(spec.path) if spec else "/etc/conntrackd/conntrackd.conf"
+    result = run(
+        [sys.executable, str(HA_PROGRAM), "status", conf, str(host.ha_run_dir)], timeout=20
+    )
+    if result.returncode != 0:
+        return {"error": (result.stderr or result.stdout).strip()[-300:]}
+    try:
+        return json.loads(result.stdout)
+    except ValueError:
+        return {"error": "portal-ha status answered no JSON"}
+
+
+def verb_resync(host: Host, opts, limit: int) -> dict:
+    """Ask the peer's conntrackd for a full resync of the connection states (staff action)."""
+    spec = host.artefacts.get("conntrackd")
+    if spec is None:
+        raise refused("this host declares no conntrackd artefact (--artefacts)")
+    result = run([sys.executable, str(HA_PROGRAM), "resync", str(spec.path)], timeout=30)
+    if result.returncode != 0:
+        raise HelperError(EXIT_FAILED, "failed", "conntrackd refused the resync",
+                          (result.stderr or result.stdout).strip())  # fmt: skip
+    host.log({"event": "resync-requested"})
+    return {"resync": "requested", "ha": ha_status(host)}
 
 
 def verb_tc_apply(host: Host, opts, limit: int) -> dict:
@@ -2587,6 +2623,7 @@ VERBS: dict[str, Callable[[Host, argparse.Namespace, int], dict]] = {
     "apply-bundle": verb_apply_bundle,
     "digest": verb_digest,
     "dhcp-leases": verb_dhcp_leases,
+    "ha-resync": verb_resync,
     "help": verb_help,
 }
 
@@ -2652,6 +2689,9 @@ def main(argv: list[str] | None = None) -> int:
     top.add_argument("--version-set", default="inet portal_fw version")
     top.add_argument("--max-input-bytes", type=int, default=DEFAULT_MAX_INPUT)
     top.add_argument("--artefacts", type=Path, help="JSON: the declared file artefacts")
+    top.add_argument("--ha-run-dir", type=Path, default=Path("/run/portal-ha"),
+                     help="where portal-ha keeps the pair's VRRP states (the host's HA state "
+                          "directory in the portal)")  # fmt: skip
     top.add_argument("--digest-source", choices=DIGEST_SOURCES, default="auto",
                      help="netlink (auto: falling back to nft -j) or always nft -j")  # fmt: skip
     top.add_argument("--internal-rollback-timer", metavar="TOKEN", help=argparse.SUPPRESS)
@@ -2673,6 +2713,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg.artefacts.resolve() if cfg.artefacts else None,
     )
     host.digest_source = cfg.digest_source
+    host.ha_run_dir = cfg.ha_run_dir
 
     if cfg.internal_rollback_timer:
         if "SSH_ORIGINAL_COMMAND" in os.environ:

@@ -10,18 +10,29 @@
 #                      IPv6 2001:db8:100::/48 to the active IPv6 firewall
 #   pl-mgmt            root-namespace bridge 10.255.255.1/28 <-> pl-nat1 .11, pl-nat2 .12 (a /28,
 #                      not /24: the machine's resolver 10.255.255.53 must stay reachable)
-#   pl-sync            the pair's state-sync link, a veth between the hosts: 10.255.254.1/30 on
-#                      pl-nat1, .2 on pl-nat2 (nothing is ever forwarded onto it)
+#   pl-sync            the pair's state-sync link, a veth between the hosts: 10.255.254.1/30 and
+#                      fdff:255:254::1/64 on pl-nat1, .2 and ::2 on pl-nat2 (nothing is ever
+#                      forwarded onto it): keepalived's VRRP adverts (unicast) and conntrackd
+#
+# Each host runs keepalived (VRRPv3, 100 ms adverts) and conntrackd (FT-FW) with the configs of
+# deploy/lab/ha_bootstrap.py until the portal pushes its own (the same generator). The roles
+# (IPv4 primary pl-nat1, IPv6 primary pl-nat2) are VRRP's: lab.sh only changes priorities
+# through keepalived's track files (var/lab/<host>/ha/priority-ipv4|ipv6) or takes links down.
 #
 # Nothing but the connected management /28 is routed from the root namespace.  Keys, sshd
 # configs, pid files and the firewall helper's per-host state live in <repo>/var/lab/.
 #
 # Usage: lab.sh up | down | status | check
 #        lab.sh device-add ADDR... | device-del ADDR... | devices
-#        lab.sh failover nat1|nat2   (that host fails: its addresses move to the other one)
-#        lab.sh failback             (production roles: IPv4 on pl-nat1, IPv6 on pl-nat2)
-#        lab.sh host-down nat1|nat2  (failover, then that host's member/Internet links go down)
-#        lab.sh host-up nat1|nat2    (links back up; roles stay until failback)
+#        lab.sh failover nat1|nat2   (that host gives up its roles: VRRP priority -> FAULT)
+#        lab.sh failback             (priorities back: IPv4 on pl-nat1, IPv6 on pl-nat2; planned
+#                                     moves also flush the neighbours' ARP caches)
+#        lab.sh host-down nat1|nat2  (that host's member/Internet links go down; VRRP moves the
+#                                     roles; waits until the peer holds them)
+#        lab.sh host-up nat1|nat2    (links back up; the host takes its role back after the
+#                                     preempt delay, 2 s)
+#        lab.sh sync-down | sync-up  (cut or restore the sync link: split brain)
+#        lab.sh ha-status nat1|nat2  (VRRP states and conntrackd statistics, JSON)
 #        lab.sh sshd-stop nat1|nat2, lab.sh sshd-start nat1|nat2
 #        lab.sh role ipv4|ipv6 nat1|nat2
 #        lab.sh ssh nat1|nat2 VERB...  (runs the portal's SSH command line; for humans)
@@ -149,8 +160,8 @@ ClientAliveInterval 15
 ClientAliveCountMax 2
 LogLevel VERBOSE
 EOF
-	printf 'command="%s --state-dir %s --host-name %s --artefacts %s",from="%s",restrict %s\n' \
-		"$FW_HELPER" "$dir/fw" "$host" "$dir/artefacts.json" "${MGMT_ROOT_ADDR%/*}" \
+	printf 'command="%s --state-dir %s --host-name %s --artefacts %s --ha-run-dir %s",from="%s",restrict %s\n' \
+		"$FW_HELPER" "$dir/fw" "$host" "$dir/artefacts.json" "$dir/ha" "${MGMT_ROOT_ADDR%/*}" \
 		"$(cut -d' ' -f1-2 "$LAB_VAR/portal_ed25519.pub") portal@lab" >"$dir/authorized_keys"
 	chmod 600 "$dir/authorized_keys" "$dir/sshd_config"
 }
@@ -263,10 +274,12 @@ make_sync_link() { # the pair's dedicated state-sync link (conntrackd): pl-sync 
 		ip -n pl-nat2 link del pl-sync 2>/dev/null || true
 		ip -n pl-nat1 link add pl-sync type veth peer name pl-sync netns pl-nat2
 	fi
-	ns_sysctl pl-nat1 net.ipv6.conf.pl-sync.disable_ipv6=1
-	ns_sysctl pl-nat2 net.ipv6.conf.pl-sync.disable_ipv6=1
+	ns_sysctl pl-nat1 net.ipv6.conf.pl-sync.disable_ipv6=0
+	ns_sysctl pl-nat2 net.ipv6.conf.pl-sync.disable_ipv6=0
 	ip -n pl-nat1 addr replace 10.255.254.1/30 dev pl-sync
 	ip -n pl-nat2 addr replace 10.255.254.2/30 dev pl-sync
+	ip -n pl-nat1 addr replace fdff:255:254::1/64 dev pl-sync nodad
+	ip -n pl-nat2 addr replace fdff:255:254::2/64 dev pl-sync nodad
 	ip -n pl-nat1 link set pl-sync up
 	ip -n pl-nat2 link set pl-sync up
 }
@@ -298,90 +311,173 @@ make_topology() {
 }
 
 # --------------------------------------------------------------------------------------- roles
-read_role() { # ipv4|ipv6 -> pl-natX
-	local fam=$1 def value
-	if [[ $fam == ipv4 ]]; then def=pl-nat1; else def=pl-nat2; fi
-	value=$(sed -n "s/^$fam=//p" "$LAB_VAR/roles" 2>/dev/null || true)
-	case "$value" in pl-nat1 | pl-nat2) echo "$value" ;; *) echo "$def" ;; esac
+# keepalived holds the virtual addresses; lab.sh moves them only through VRRP priorities.
+HA_NOTIFY=/run/portal-lab/portal-ha # root-owned copy: keepalived runs no script from a path others may write
+ha_dir() { echo "$LAB_VAR/$1/ha"; }
+
+install_ha_notify() {
+	mkdir -p /run/portal-lab
+	chmod 755 /run/portal-lab
+	install -m 755 "$REPO_ROOT/deploy/firewall/portal-ha" "$HA_NOTIFY.tmp"
+	mv "$HA_NOTIFY.tmp" "$HA_NOTIFY"
 }
 
-write_roles() {
-	printf 'ipv4=%s\nipv6=%s\n' "$1" "$2" >"$LAB_VAR/roles.tmp"
-	mv "$LAB_VAR/roles.tmp" "$LAB_VAR/roles"
+write_ha_files() {
+	local host=$1 dir
+	dir=$(ha_dir "$host")
+	mkdir -p "$dir"
+	chmod 755 "$dir"
+	"$PYTHON" "$SCRIPT_DIR/ha_bootstrap.py" "${host#pl-nat}" "$dir" "$HA_NOTIFY"
+	[[ -f $dir/priority-ipv4 ]] || echo 0 >"$dir/priority-ipv4"
+	[[ -f $dir/priority-ipv6 ]] || echo 0 >"$dir/priority-ipv6"
 }
 
-apply_roles() {
-	local v4 v6 item ifname addr host
-	v4=$(read_role ipv4)
-	v6=$(read_role ipv6)
+start_ha() { # conntrackd first (keepalived's notify drives it), then keepalived
+	local host=$1 dir
+	dir=$(ha_dir "$host")
+	command -v keepalived >/dev/null 2>&1 || die "missing tool: keepalived (apt-get install keepalived)"
+	command -v conntrackd >/dev/null 2>&1 || die "missing tool: conntrackd (apt-get install conntrackd)"
+	ip netns exec "$host" "$HA_NOTIFY" reload-conntrackd "$dir/conntrackd.conf" "$dir" ||
+		die "conntrackd of $host did not start (see $dir/conntrackd.log)"
+}
+
+start_keepalived() { # both hosts right after each other: the first election needs no preemption
+	local host dir
+	for host in "$@"; do
+		dir=$(ha_dir "$host")
+		ip netns exec "$host" "$HA_NOTIFY" reload-keepalived "$dir/keepalived.conf" "$dir" ||
+			die "keepalived of $host did not start"
+	done
+}
+
+vip_holder() { # ADDRESS/PREFIX IFNAME -> the host that holds it (or nothing)
+	local host
+	for host in "${NAT_HOSTS[@]}"; do
+		if ip -n "$host" -o addr show dev "$2" 2>/dev/null | grep -qF " $1 "; then
+			echo "$host"
+			return 0
+		fi
+	done
+}
+
+roles_are() { # V4HOST V6HOST: every virtual address is on its host and nowhere else
+	local item ifname addr count
 	for item in "${VIP4[@]}"; do
 		read -r ifname addr <<<"$item"
-		ip -n "$(other_host "$v4")" addr del "$addr" dev "$ifname" 2>/dev/null || true
-		ip -n "$v4" addr replace "$addr" dev "$ifname"
+		[[ "$(vip_holder "$addr" "$ifname")" == "$1" ]] || return 1
+		count=$(for h in "${NAT_HOSTS[@]}"; do ip -n "$h" -o addr show dev "$ifname" 2>/dev/null; done | grep -cF " $addr " || true)
+		[[ $count -eq 1 ]] || return 1
 	done
 	for item in "${VIP6[@]}"; do
 		read -r ifname addr <<<"$item"
-		ip -n "$(other_host "$v6")" addr del "$addr" dev "$ifname" 2>/dev/null || true
-		ip -n "$v6" addr replace "$addr" dev "$ifname" nodad
-	done
-	# The neighbours learn the new owner at once (no gratuitous ARP tool needed).
-	for host in pl-dorm pl-inet; do
-		ip -n "$host" neigh flush dev br0 2>/dev/null || true
-		ip -n "$host" -6 neigh flush dev br0 2>/dev/null || true
-	done
-	for host in $(client_namespaces); do # DHCP clients (lab.sh client): their own caches
-		ip -n "$host" neigh flush dev eth0 2>/dev/null || true
+		[[ "$(vip_holder "$addr" "$ifname")" == "$2" ]] || return 1
 	done
 }
 
-cmd_role() {
-	local fam=${1:-} host
+wait_roles() { # V4HOST V6HOST SECONDS
+	local deadline=$((SECONDS + $3))
+	while ((SECONDS <= deadline)); do
+		roles_are "$1" "$2" && return 0
+		sleep 0.05
+	done
+	die "VRRP did not settle to IPv4 on $1, IPv6 on $2 within $3 s (lab.sh ha-status nat1|nat2)"
+}
+
+flush_neighbours() { # after a planned move: no neighbour waits out its ARP lock time
+	local ns
+	for ns in pl-dorm pl-inet; do
+		ip -n "$ns" neigh flush dev br0 2>/dev/null || true
+		ip -n "$ns" -6 neigh flush dev br0 2>/dev/null || true
+	done
+	for ns in $(client_namespaces); do
+		ip -n "$ns" neigh flush dev eth0 2>/dev/null || true
+	done
+}
+
+set_priority() { # HOST FAMILY VALUE: keepalived's track file (weight 1; -254 = FAULT)
+	local file
+	file="$(ha_dir "$1")/priority-$2"
+	echo "$3" >"$file.tmp"
+	mv "$file.tmp" "$file"
+}
+
+read_role() { # ipv4|ipv6 -> pl-natX: the host holding that family's gateway
+	if [[ $1 == ipv4 ]]; then vip_holder 10.100.0.1/16 dorm0; else vip_holder 2001:db8:100::1/48 dorm0; fi
+}
+
+cmd_role() { # the other host's instance of that family is lowered below this one's
+	local fam=${1:-} host other
 	[[ $fam == ipv4 || $fam == ipv6 ]] || die "usage: lab.sh role ipv4|ipv6 nat1|nat2"
 	host=$(host_arg "${2:-}")
-	if [[ $fam == ipv4 ]]; then
-		write_roles "$host" "$(read_role ipv6)"
-	else
-		write_roles "$(read_role ipv4)" "$host"
-	fi
+	other=$(other_host "$host")
 	lab_is_up || die "the lab is not up"
-	apply_roles
+	set_priority "$host" "$fam" 0
+	set_priority "$other" "$fam" -150
+	if [[ $fam == ipv4 ]]; then wait_roles "$host" "$(read_role ipv6)" 10; else wait_roles "$(read_role ipv4)" "$host" 10; fi
+	flush_neighbours
 	log "$fam now on $host"
 }
 
-cmd_failover() {
+cmd_failover() { # the host gives up every role (its instances go to FAULT)
 	local failed peer
 	failed=$(host_arg "${1:-}")
 	peer=$(other_host "$failed")
 	lab_is_up || die "the lab is not up"
-	write_roles "$peer" "$peer"
-	apply_roles
+	set_priority "$failed" ipv4 -254
+	set_priority "$failed" ipv6 -254
+	set_priority "$peer" ipv4 0
+	set_priority "$peer" ipv6 0
+	wait_roles "$peer" "$peer" 5
+	flush_neighbours
 	log "$failed failed over: IPv4 and IPv6 now on $peer"
 }
 
 cmd_failback() {
+	local host
 	lab_is_up || die "the lab is not up"
-	write_roles pl-nat1 pl-nat2
-	apply_roles
+	for host in "${NAT_HOSTS[@]}"; do
+		set_priority "$host" ipv4 0
+		set_priority "$host" ipv6 0
+	done
+	wait_roles pl-nat1 pl-nat2 15
+	flush_neighbours
 	log "production roles: IPv4 on pl-nat1, IPv6 on pl-nat2"
 }
 
-cmd_host_down() { # the host fails: its roles move to the peer, its data links go down
-	local host
+cmd_host_down() { # the host's data links go down: VRRP (tracked interfaces) moves its roles
+	local host peer t0
 	host=$(host_arg "${1:-}")
-	cmd_failover "$host"
+	peer=$(other_host "$host")
+	lab_is_up || die "the lab is not up"
+	t0=$(date +%s%N)
 	ip -n "$host" link set dorm0 down
 	ip -n "$host" link set inet0 down
-	log "$host: member and Internet links down (lab.sh host-up $(short "$host") brings them back)"
+	wait_roles "$peer" "$peer" 5
+	log "$host: member and Internet links down; $peer took over in $((($(date +%s%N) - t0) / 1000000)) ms (lab.sh host-up $(short "$host") brings them back)"
 }
 
-cmd_host_up() { # links back; the roles stay where they are until lab.sh failback
+cmd_host_up() { # links back; VRRP gives the host its role back after the preempt delay
 	local host
 	host=$(host_arg "${1:-}")
 	lab_is_up || die "the lab is not up"
 	make_fw_links "$host"
 	start_kea "$host"
 	start_ra "$host"
-	log "$host: links up (roles unchanged: ipv4=$(read_role ipv4) ipv6=$(read_role ipv6))"
+	log "$host: links up (it takes its roles back after the preempt delay; lab.sh failback waits for it)"
+}
+
+cmd_sync_link() { # down|up: the sync link (VRRP adverts and conntrackd) cut: split brain
+	lab_is_up || die "the lab is not up"
+	ip -n pl-nat1 link set pl-sync "$1"
+	ip -n pl-nat2 link set pl-sync "$1"
+	log "sync link $1"
+}
+
+cmd_ha_status() {
+	local host dir
+	host=$(host_arg "${1:-}")
+	dir=$(ha_dir "$host")
+	ip netns exec "$host" "$HA_NOTIFY" status "$dir/conntrackd.conf" "$dir"
 }
 
 cmd_sshd() { # stop|start HOST
@@ -461,7 +557,15 @@ write_kea_files() {
  "portal-ra": {"path": "$dir/portal-ra.json",
                "check": ["$REPO_ROOT/deploy/firewall/portal-ra", "check", "{file}"],
                "reload": ["$REPO_ROOT/deploy/firewall/portal-ra", "reload", "{file}"],
-               "mode": "0600"}}
+               "mode": "0600"},
+ "keepalived": {"path": "$(ha_dir "$host")/keepalived.conf",
+                "check": ["$HA_NOTIFY", "check-keepalived", "{file}"],
+                "reload": ["$HA_NOTIFY", "reload-keepalived", "{file}", "$(ha_dir "$host")"],
+                "mode": "0644"},
+ "conntrackd": {"path": "$(ha_dir "$host")/conntrackd.conf",
+                "check": ["$HA_NOTIFY", "check-conntrackd", "{file}"],
+                "reload": ["$HA_NOTIFY", "reload-conntrackd", "{file}", "$(ha_dir "$host")"],
+                "mode": "0644"}}
 JSON
 	[[ -f $dir/portal-ra.json ]] || cat >"$dir/portal-ra.json" <<JSON
 {"interface": "dorm0", "source": "fe80::1", "pid_file": "$dir/portal-ra.pid", "prefixes": {}}
@@ -707,12 +811,18 @@ write_lab_json() {
   "hosts": [
     {"name": "pl-nat1", "address": "${MGMT_ADDR[pl-nat1]}", "state_dir": "$LAB_VAR/pl-nat1/fw",
      "dhcp": {"control_socket": "$LAB_VAR/pl-nat1/kea/kea4.sock", "lease_file": "$LAB_VAR/pl-nat1/kea/leases4.csv",
-              "ra_pid_file": "$LAB_VAR/pl-nat1/kea/portal-ra.pid"}},
+              "ra_pid_file": "$LAB_VAR/pl-nat1/kea/portal-ra.pid"},
+     "ha": {"sync_interface": "pl-sync", "sync_address4": "10.255.254.1", "sync_address6": "fdff:255:254::1",
+            "run_dir": "$LAB_VAR/pl-nat1/ha", "notify": "$HA_NOTIFY", "conntrackd_config": "$LAB_VAR/pl-nat1/ha/conntrackd.conf"}},
     {"name": "pl-nat2", "address": "${MGMT_ADDR[pl-nat2]}", "state_dir": "$LAB_VAR/pl-nat2/fw",
      "dhcp": {"control_socket": "$LAB_VAR/pl-nat2/kea/kea4.sock", "lease_file": "$LAB_VAR/pl-nat2/kea/leases4.csv",
-              "ra_pid_file": "$LAB_VAR/pl-nat2/kea/portal-ra.pid"}}
+              "ra_pid_file": "$LAB_VAR/pl-nat2/kea/portal-ra.pid"},
+     "ha": {"sync_interface": "pl-sync", "sync_address4": "10.255.254.2", "sync_address6": "fdff:255:254::2",
+            "run_dir": "$LAB_VAR/pl-nat2/ha", "notify": "$HA_NOTIFY", "conntrackd_config": "$LAB_VAR/pl-nat2/ha/conntrackd.conf"}}
   ],
   "portal_proxy": "203.0.113.80",
+  "virtual_addresses": ["member 10.100.0.1/16", "uplink 203.0.113.1/24", "member 2001:db8:100::1/48",
+                        "member fe80::1/64", "uplink 2001:db8:ffff::1/64"],
   "roles": {"ipv4": "$(read_role ipv4)", "ipv6": "$(read_role ipv6)"},
   "inet_client": {"ipv4": "203.0.113.10", "ipv6": "2001:db8:ffff::10", "netns": "pl-inet"},
   "dorm": {"netns": "pl-dorm", "gateway4": "10.100.0.1", "gateway6": "2001:db8:100::1"},
@@ -771,15 +881,19 @@ cmd_up() {
 	trap on_up_exit EXIT
 	ensure_keys
 	make_topology
-	apply_roles
+	install_ha_notify
 	for host in "${NAT_HOSTS[@]}"; do
 		write_sshd_files "$host"
 		write_kea_files "$host"
+		write_ha_files "$host"
+		start_ha "$host"
 		start_sshd "$host"
 		start_kea "$host"
 		start_ra "$host"
 	done
+	start_keepalived "${NAT_HOSTS[@]}"
 	for host in "${NAT_HOSTS[@]}"; do wait_sshd "$host"; done
+	wait_roles pl-nat1 pl-nat2 10
 	write_lab_json
 	log "up in $((SECONDS - t0))s: pl-nat1 ${MGMT_ADDR[pl-nat1]}, pl-nat2 ${MGMT_ADDR[pl-nat2]} (ssh root, key $LAB_VAR/portal_ed25519, known_hosts $LAB_VAR/known_hosts); IPv4 on $(read_role ipv4), IPv6 on $(read_role ipv6)"
 }
@@ -824,8 +938,9 @@ teardown() { # everything of the lab, whoever built it
 		kill_pids $pids
 		rm -f "$LAB_VAR/$host/sshd.pid"
 		stop_kea "$host"
-		# The hosts' rule sets die with the namespaces: so do the helper's state and Kea's.
-		rm -rf "$LAB_VAR/$host/fw" "$(kea_dir "$host")"
+		# The hosts' rule sets die with the namespaces: so do the helper's state, Kea's and
+		# keepalived's and conntrackd's (their processes die with the namespace, below).
+		rm -rf "$LAB_VAR/$host/fw" "$(kea_dir "$host")" "$(ha_dir "$host")"
 	done
 	for ns in "${NAMESPACES[@]}"; do
 		if ns_exists "$ns"; then
@@ -841,7 +956,7 @@ teardown() { # everything of the lab, whoever built it
 	done
 	# Processes a vanished checkout left inside the namespaces die with them (above); its
 	# veths and bridge go with them too.
-	rm -f "$LAB_VAR/roles" "$LAB_VAR/lab.json"
+	rm -f "$LAB_VAR/roles" "$LAB_VAR/lab.json" "$HA_NOTIFY"
 }
 
 cmd_status() {
@@ -906,6 +1021,9 @@ main() {
 	failover) cmd_failover "$@" ;;
 	failback) cmd_failback ;;
 	host-down) cmd_host_down "$@" ;;
+	sync-down) cmd_sync_link down ;;
+	sync-up) cmd_sync_link up ;;
+	ha-status) cmd_ha_status "$@" ;;
 	host-up) cmd_host_up "$@" ;;
 	sshd-stop) cmd_sshd stop "$@" ;;
 	sshd-start) cmd_sshd start "$@" ;;

@@ -422,6 +422,51 @@ def dhcp_api_to_lease() -> Iterable[Row]:
     yield (f"  same, p95 (max {r['max']:.2f} s)", f"{r['p95']:.2f}", "s", "< 1 s")
 
 
+@benchmark("HA pair: 1,000 flows through 10 failovers and 10 failbacks; conntrackd sync load (lab)")
+def ha_failover() -> Iterable[Row]:
+    """tests.bench.ha_bench on a scratch database seeded with the demo's 50 members."""
+    import json
+
+    dbname = f"{DB_PREFIX}_ha"
+    url = _fresh_database(dbname)
+    _seed(url, 50)
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.ha_bench"],
+        cwd=ROOT, env=_seed_env(url), check=True, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    yield (
+        "flows (600 SNAT, 200 DNAT, 150 IPv6, 50 UDP TCP/UDP echo every 100 ms)",
+        str(r["flows"]),
+        "",
+        "1000",
+    )
+    yield ("connections lost (reset, stalled or never opened)", str(r["lost"]), "", "0")
+    yield (
+        "failover (host-down nat1): longest silence of any flow, p50",
+        f"{r['failover_p50']:.2f}",
+        "s",
+        "",
+    )
+    yield ("  same, p95", f"{r['failover_p95']:.2f}", "s", "< 1 s")
+    yield (
+        "failback (host-up, roles return after 2 s): longest silence, p50",
+        f"{r['failback_p50']:.2f}",
+        "s",
+        "",
+    )
+    yield ("  same, p95", f"{r['failback_p95']:.2f}", "s", "< 1 s")
+    yield ("VRRP takeover seen by lab.sh host-down, p50", f"{r['takeover_ms_p50']:.0f}", "ms", "")
+    yield (
+        f"sync load: new connections per second (hping3, 30,000 in {r['sync_seconds']} s)",
+        str(r["sync_new_per_second"]),
+        "/s",
+        "10,000",
+    )
+    yield ("  conntrackd messages sent per second", str(r["sync_messages_per_second"]), "/s", "")
+    yield ("  conntrackd CPU (one core = 100 %)", f"{r['conntrackd_cpu_percent']:.1f}", "%", "")
+
+
 @benchmark("Tickets: mail ingest, mass reply, status page")
 def tickets_mail_and_status() -> Iterable[Row]:
     """tests/bench/tickets_bench.py in a scratch database (real SMTP, real gunicorn)."""

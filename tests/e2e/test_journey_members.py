@@ -33,7 +33,13 @@ def test_volunteer_checks_in_a_pending_member_and_registers_a_device(page, login
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", level=1)).to_contain_text("Fatima Okafor")
 
-    page.get_by_role("button", name="Check in").click()
+    # Check-in is a step: the consequence, then "identity checked" (the server insists).
+    page.get_by_test_id("check-in-open").click()
+    expect(page.locator("#check-in")).to_contain_text("a public IPv4 address and full speed")
+    page.get_by_test_id("check-in").click()
+    expect(page.locator(".messages")).to_contain_text("Tick “Identity checked”")
+    page.get_by_label("Identity checked").check()
+    page.get_by_test_id("check-in").click()
     expect(page.locator(".messages")).to_contain_text("checked in")
     public = page.get_by_test_id("public-ipv4")
     expect(public).to_have_text("198.51.100.1")
@@ -83,3 +89,72 @@ def test_resident_adds_renames_and_removes_a_device(page, login):
     devices.get_by_role("button", name="Remove My phone").click()
     expect(devices).to_contain_text("No devices yet")
     assert not Member.objects.get(pk=member.pk).devices.exists()
+
+
+def test_suspend_asks_first_naming_the_consequence(page, login):
+    pool_create()
+    UserFactory(username="vic", roles=["volunteer"])
+    member = member_active()
+    login("vic", PASSWORD)
+    page.goto(f"/office-hours/members/{member.pk}/")
+    page.get_by_text("Suspend", exact=True).first.click()
+    page.get_by_label("Reason").fill("unpaid fee")
+    asked: list[str] = []
+
+    def answer(dialog, accept: bool) -> None:
+        asked.append(dialog.message)
+        dialog.accept() if accept else dialog.dismiss()
+
+    page.once("dialog", lambda d: answer(d, False))
+    page.get_by_role("button", name="Suspend", exact=True).click()
+    expect(page.get_by_role("button", name="Suspend", exact=True)).to_be_visible()
+    assert "cut off all of their devices" in asked[0]
+    member.refresh_from_db()
+    assert member.status == MemberStatus.ACTIVE  # dismissed: nothing sent
+    page.once("dialog", lambda d: answer(d, True))
+    page.get_by_role("button", name="Suspend", exact=True).click()
+    expect(page.locator(".messages")).to_contain_text("is suspended")
+    member.refresh_from_db()
+    assert member.status == MemberStatus.SUSPENDED
+
+
+def test_granting_and_extending_a_test_access_refreshes_the_panel_in_place(page, login):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from apps.network.models import ShapingProfile
+
+    pool_create()
+    ShapingProfile.default()
+    UserFactory(username="vic", roles=["volunteer"])
+    member = MemberFactory()
+    login("vic", PASSWORD)
+    page.goto(f"/office-hours/members/{member.pk}/")
+    panel = page.locator("#test-access")
+    panel.get_by_text("Grant a test access").click()
+    panel.get_by_label("Test access until").fill(timezone.localdate().isoformat())
+    panel.get_by_role("button", name="Grant test access").click()
+    expect(panel.locator("#grant-until-error")).to_be_visible()
+    until = timezone.localdate() + dt.timedelta(days=5)
+    panel.get_by_label("Test access until").fill(until.isoformat())
+    panel.get_by_role("button", name="Grant test access").click()
+    shown = until.strftime("%m/%d/%Y")
+    notice = panel.get_by_test_id("test-access-notice")
+    expect(notice).to_have_text(f"Test access granted until {shown} (last day).")
+    expect(panel.locator("#grant-until-error")).to_have_count(0)  # the old error is gone
+    expect(panel.get_by_test_id("test-access-facts")).to_contain_text(shown)
+    expect(page.locator("#member-status")).to_contain_text("Test access")  # out of band
+    expect(page.locator("#member-facts")).to_contain_text(shown)
+    expect(page.locator("#audit-trail")).to_contain_text("member.test")
+
+    later = until + dt.timedelta(days=7)
+    panel.get_by_text("Extend the test access").click()
+    panel.get_by_label("Test access until").fill(later.isoformat())
+    panel.get_by_role("button", name="Extend").click()
+    expect(notice).to_have_text(
+        f"Test access extended until {later.strftime('%m/%d/%Y')} (last day)."
+    )
+    expect(panel.get_by_test_id("test-access-facts")).not_to_contain_text(shown)
+    member.refresh_from_db()
+    assert member.test_access_until == later

@@ -55,6 +55,7 @@ def test_resident_signs_up_and_is_checked_in(django_db_setup, page, login, fresh
     login("vic", PASSWORD)
     queue = page.locator("#pending-queue")
     expect(queue).to_contain_text("Amara Nwosu")
+    queue.get_by_label("ID checked: Amara Nwosu").check()
     queue.get_by_role("button", name="Check in Amara Nwosu").click()
     expect(page.locator(".messages")).to_contain_text("Amara Nwosu is checked in and active.")
     member.refresh_from_db()

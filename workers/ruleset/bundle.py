@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from workers.ruleset.build import build
 from workers.ruleset.diff import Incremental, diff
+from workers.ruleset.ha import conntrackd_config, keepalived_config
 from workers.ruleset.kea import kea_config, ra_config
 from workers.ruleset.render import Compiled, render
 from workers.ruleset.snapshot import Snapshot, SnapshotError
@@ -47,6 +48,8 @@ def file_artefact(name: str) -> Callable[[FileConverter], FileConverter]:
 
 file_artefact("kea-dhcp4")(kea_config)
 file_artefact("portal-ra")(ra_config)
+file_artefact("keepalived")(keepalived_config)
+file_artefact("conntrackd")(conntrackd_config)
 
 
 def artefact_hash(text: str) -> str:

@@ -338,6 +338,92 @@ def _set(obj: object, name: str, value: object) -> None:
     object.__setattr__(obj, name, value)
 
 
+def _vip(value: Any, what: str, family: int) -> str:
+    """A virtual address with its prefix length ("10.100.0.1/16"), as canonical text."""
+    if type(value) is not str or "/" not in value:
+        raise SnapshotError(f"{what}: {value!r} needs an address and its prefix length")
+    try:
+        iface = ipaddress.ip_interface(value)
+    except ValueError as exc:
+        raise SnapshotError(f"{what}: {value!r} is not an address/prefix") from exc
+    if iface.version != family:
+        raise SnapshotError(f"{what}: {value} is not IPv{family} (address family mismatch)")
+    return str(iface)
+
+
+@dataclass(frozen=True, slots=True)
+class Ha:
+    """The pair's failover for this host: keepalived (VRRP) and conntrackd (state sync).
+
+    One VRRP instance per family, advertised by unicast over the dedicated sync link (members
+    cannot forge adverts there), each carrying that family's virtual addresses (gateway on the
+    member side, next hop on the upstream side). The instance with the higher priority holds
+    the addresses; `preempt_delay` lets a returning host receive the peer's connection states
+    before it takes its role back. conntrackd (FT-FW over UDP) runs on the same link."""
+
+    sync_interface: str
+    local4: IPv4Address
+    peer4: IPv4Address
+    priority4: int = 100
+    priority6: int = 100
+    addresses4: tuple[tuple[str, str], ...] = ()  # (interface, "address/prefix")
+    addresses6: tuple[tuple[str, str], ...] = ()
+    local6: IPv6Address | None = None  # the IPv6 instance advertises over IPv6
+    peer6: IPv6Address | None = None
+    vrid: int = 51
+    advert_ms: int = 100
+    preempt: bool = True
+    preempt_delay: int = 2
+    track_interfaces: tuple[str, ...] = ()
+    ignore_addresses: tuple[str, ...] = ()  # the hosts' own addresses: not synced
+    run_dir: str = "/run/portal-ha"
+    notify: str = "/usr/local/sbin/portal-ha"
+    conntrackd_config: str = "/etc/conntrackd/conntrackd.conf"
+    sync_port: int = 3780
+
+    def __post_init__(self) -> None:
+        what = "ha"
+        _set(self, "sync_interface", _ifnames(self.sync_interface, f"{what} sync link")[0])
+        _set(self, "local4", _ipv4(self.local4, f"{what} sync address"))
+        _set(self, "peer4", _ipv4(self.peer4, f"{what} peer sync address"))
+        if self.local4 == self.peer4:
+            raise SnapshotError(f"{what}: the peer's sync address is this host's own")
+        for name in ("local6", "peer6"):
+            value = getattr(self, name)
+            if value is not None:
+                _set(self, name, _ipv6(value, f"{what} IPv6 sync address"))
+        _int(self.priority4, f"{what} IPv4 priority", 1, 254)
+        _int(self.priority6, f"{what} IPv6 priority", 1, 254)
+        _int(self.vrid, f"{what} virtual router id", 1, 255)
+        _int(self.advert_ms, f"{what} advert interval (ms)", 10, 40950)
+        if self.advert_ms % 10:
+            raise SnapshotError(f"{what}: the advert interval must be a multiple of 10 ms (VRRPv3)")
+        _bool(self.preempt, f"{what} preempt")
+        _int(self.preempt_delay, f"{what} preempt delay (s)", 0, 1000)
+        _int(self.sync_port, f"{what} sync port", 1024, PORT_MAX)
+        for name, family in (("addresses4", 4), ("addresses6", 6)):
+            pairs = []
+            for ifname, address in getattr(self, name):
+                label = f"{what} IPv{family} virtual address"
+                pairs.append((_ifnames(ifname, label)[0], _vip(address, label, family)))
+            _set(self, name, tuple(sorted(set(pairs))))
+        if not self.addresses4 and not self.addresses6:
+            raise SnapshotError(f"{what}: no virtual address to fail over")
+        if self.addresses6 and (self.local6 is None or self.peer6 is None):
+            raise SnapshotError(f"{what}: IPv6 virtual addresses need IPv6 sync addresses")
+        if self.local6 is not None and self.local6 == self.peer6:
+            raise SnapshotError(f"{what}: the peer's IPv6 sync address is this host's own")
+        _set(self, "track_interfaces", _ifnames(self.track_interfaces, f"{what} tracked"))
+        try:
+            ignore = {ipaddress.ip_address(a) for a in self.ignore_addresses}
+        except ValueError as exc:
+            raise SnapshotError(f"{what} ignored addresses: {exc}") from None
+        ordered = sorted(ignore, key=lambda a: (a.version, a))
+        _set(self, "ignore_addresses", tuple(str(a) for a in ordered))
+        for name in ("run_dir", "notify", "conntrackd_config"):
+            _set(self, name, _path(getattr(self, name), f"{what} {name.replace('_', ' ')}"))
+
+
 # --------------------------------------------------------------------------------- value types
 
 
@@ -754,10 +840,13 @@ class Snapshot:
     host: Host
     members: tuple[Member, ...] = ()
     dhcp: Dhcp | None = None  # None: the host runs no DHCP server
+    ha: Ha | None = None  # None: a single host, no failover
 
     def __post_init__(self) -> None:
         if self.dhcp is not None and not isinstance(self.dhcp, Dhcp):
             raise SnapshotError("snapshot: dhcp is not a Dhcp")
+        if self.ha is not None and not isinstance(self.ha, Ha):
+            raise SnapshotError("snapshot: ha is not an Ha")
         if not isinstance(self.policy, Policy):
             raise SnapshotError("snapshot: policy is not a Policy")
         if not isinstance(self.host, Host):
@@ -1006,6 +1095,8 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
             "management_interfaces": list(h.management_interfaces),
         },
     }
+    if snapshot.ha is not None:  # absent for a single host: older stored snapshots stay equal
+        head["ha"] = _ha_out(snapshot.ha)
     tail = {
         "policy": {
             "management_networks": [str(n) for n in p.management_networks],
@@ -1049,6 +1140,32 @@ def _dhcp_out(d: Dhcp | None) -> dict[str, Any] | None:
         "ra_prefixes": [[mac, str(net)] for mac, net in d.ra_prefixes],
         "ra_pid_file": d.ra_pid_file,
     }
+
+
+def _ha_out(ha: Ha) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in Ha.__dataclass_fields__:
+        value = getattr(ha, name)
+        if name in ("addresses4", "addresses6"):
+            value = [list(pair) for pair in value]
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, IPv4Address | IPv6Address):
+            value = str(value)
+        out[name] = value
+    return out
+
+
+def _ha_in(doc: Any) -> Ha | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not set(doc) <= set(Ha.__dataclass_fields__):
+        raise SnapshotError("snapshot json: ha is not an object of Ha's fields")
+    values: dict[str, Any] = {
+        k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
+        for k, v in doc.items()
+    }
+    return Ha(**values)
 
 
 def _dhcp_in(doc: Any) -> Dhcp | None:
@@ -1107,8 +1224,9 @@ def snapshot_from_json(text: str | bytes) -> Snapshot:
         )
         members = tuple(_member_in(row) for row in doc["members"])
         dhcp = _dhcp_in(doc.get("dhcp"))
+        ha = _ha_in(doc.get("ha"))
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, SnapshotError):
             raise
         raise SnapshotError(f"snapshot json: {type(exc).__name__}: {exc}") from None
-    return Snapshot(policy=policy, host=host, members=members, dhcp=dhcp)
+    return Snapshot(policy=policy, host=host, members=members, dhcp=dhcp, ha=ha)

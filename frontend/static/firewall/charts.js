@@ -9,6 +9,8 @@ document.addEventListener("DOMContentLoaded", () => {
       width: Math.max(240, el.clientWidth || 320),
       height: 140,
       legend: { show: false },
+      // Axis times in the portal's time zone (named below the charts), whatever the browser's.
+      tzDate: (ts) => (data.tz ? uPlot.tzDate(new Date(ts * 1e3), data.tz) : new Date(ts * 1e3)),
       series: [{}, { stroke: "#0172ad", width: 2, spanGaps: false }],
       axes: [{ size: 30 }, { size: 44 }],
       // One sample spans no time: show the last five minutes around it, not years.

@@ -77,7 +77,7 @@ def test_pending_queue_lists_oldest_first_and_checks_in(volunteer, client):
     assert str(first) in page
     client.post(
         reverse("members:member_detail", args=[first.pk]),
-        {"action": "check-in", "next": "office-hours"},
+        {"action": "check-in", "next": "office-hours", "identity_checked": "on"},
     )
     assert list(pending_queue(actor=volunteer)) == [second]
 

@@ -96,7 +96,7 @@ def test_member_page_actions_and_audit(make_user):
     member = MemberFactory()
     client = login(make_user(roles=("volunteer",)))
     url = reverse("members:member_detail", args=[member.pk])
-    response = client.post(url, {"action": "check-in"})
+    response = client.post(url, {"action": "check-in", "identity_checked": "on"})
     assert response.status_code == 302
     member.refresh_from_db()
     assert member.status == MemberStatus.ACTIVE
@@ -115,6 +115,59 @@ def test_member_page_actions_and_audit(make_user):
     client.post(url, {"action": "end", "confirm": "on"})
     member.refresh_from_db()
     assert member.status == MemberStatus.ENDED
+
+
+def at_the_desk(make_user, member):
+    """A volunteer's client and the member's page."""
+    return login(make_user(roles=("volunteer",))), reverse(
+        "members:member_detail", args=[member.pk]
+    )
+
+
+def test_check_in_needs_the_identity_checked_box(make_user):
+    """The server refuses a check-in without "identity checked", whatever the page sent."""
+    pool_create()
+    member = MemberFactory()
+    client, url = at_the_desk(make_user, member)
+    page = client.get(url).content.decode()
+    assert "Check-in makes the membership of" in page  # the consequence, before the step
+    assert 'name="identity_checked"' in page
+    for data in ({"action": "check-in"}, {"action": "check-in", "next": "office-hours"}):
+        refused = client.post(url, data)
+        assert refused.status_code == 422
+        body = refused.content.decode()
+        said = "Tick “Identity checked” once you have seen the photo ID; nobody was checked in."
+        assert body.count(said) == 2  # at the top and next to the box
+        assert '<details class="check-in-step" id="check-in" open>' in body
+        member.refresh_from_db()
+        assert member.status == MemberStatus.PENDING
+    done = client.post(url, {"action": "check-in", "identity_checked": "on"})
+    assert done.status_code == 302
+    member.refresh_from_db()
+    assert member.status == MemberStatus.ACTIVE
+
+
+def test_ending_a_membership_without_the_box_says_why_and_changes_nothing(make_user):
+    pool_create()
+    member = member_active()
+    client, url = at_the_desk(make_user, member)
+    refused = client.post(url, {"action": "end", "note": "moved out"})
+    assert refused.status_code == 422
+    said = "Tick the box to end the membership; nothing was changed. Ending cannot be undone."
+    assert refused.content.decode().count(said) == 2
+    member.refresh_from_db()
+    assert member.status == MemberStatus.ACTIVE
+    assert member.public_ipv4 is not None
+
+
+def test_suspend_and_push_now_ask_first_naming_the_consequence(make_user):
+    member = member_active()
+    client = login(make_user(roles=("volunteer", "admin")))
+    page = client.get(reverse("members:member_detail", args=[member.pk])).content.decode()
+    assert f'data-confirm="Suspend {member}? The firewalls cut off all of their devices' in page
+    hosts = client.get(reverse("firewall:host_list")).content.decode()
+    assert 'data-confirm="Push to all firewalls now? The rule set is compiled' in hosts
+    assert "portal/confirm.js" in hosts
 
 
 def test_register_member_at_the_desk(make_user):

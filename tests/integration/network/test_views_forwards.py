@@ -6,10 +6,10 @@ import datetime as dt
 import pytest
 from django.test import Client
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import formats, timezone
 
 from apps.members.choices import MemberStatus
-from apps.network.models import Ipv6Opening, PortForward
+from apps.network.models import Ipv6Opening, PortForward, ShapingProfile
 from tests.factories import (
     MemberFactory,
     UserFactory,
@@ -224,7 +224,7 @@ def test_volunteer_grants_extends_and_ends_a_test_access_from_the_member_page():
     profile = ShapingProfile.default()
     ok = client.post(url, {"grant-until": str(until), "grant-profile": profile.pk}, **HX)
     assert ok.status_code == 200
-    assert ok["HX-Redirect"].endswith(f"/{member.pk}/#test-access")
+    assert 'id="test-access"' in ok.content.decode()
     member.refresh_from_db()
     assert member.status == MemberStatus.TEST
     assert member.test_access_until == until
@@ -241,6 +241,49 @@ def test_volunteer_grants_extends_and_ends_a_test_access_from_the_member_page():
     client.post(reverse("network:test_access_action", args=[member.pk, "end"]), {}, **HX)
     member.refresh_from_db()
     assert member.status == MemberStatus.PENDING
+
+
+def test_grant_and_extend_refresh_the_panel_in_place_with_the_new_date():
+    """After Grant or Extend the panel comes back (htmx swap): the new last day, a confirmation,
+    no old error, and the member's status, facts and audit trail swapped out of band."""
+    pool_create()
+    member = MemberFactory()
+    client = staff()
+    url = reverse("network:test_access_action", args=[member.pk, "grant"])
+    refused = client.post(url, {"grant-until": str(timezone.localdate())}, **HX)
+    assert 'id="grant-until-error"' in refused.content.decode()
+    until = timezone.localdate() + dt.timedelta(days=5)
+    profile = ShapingProfile.default().pk
+    response = client.post(url, {"grant-until": str(until), "grant-profile": profile}, **HX)
+    assert "HX-Redirect" not in response.headers  # a redirect to "#test-access" changed nothing
+    body = response.content.decode()
+    shown = formats.date_format(until, "SHORT_DATE_FORMAT")
+    assert f"Test access granted until {shown} (last day)." in body
+    assert 'data-testid="test-access-notice"' in body
+    assert "grant-until-error" not in body
+    assert "Extend the test access" in body  # the panel of a running test access
+    assert body.count('hx-swap-oob="true"') == 3
+    assert 'id="member-status" hx-swap-oob="true"' in body
+    assert "Test access until" in body  # the facts, with the new date
+    assert "member.test_access" in body  # the audit trail has the grant
+    later = until + dt.timedelta(days=7)
+    body = client.post(
+        reverse("network:test_access_action", args=[member.pk, "extend"]),
+        {"extend-until": str(later), "extend-profile": profile},
+        **HX,
+    ).content.decode()
+    shown_later = formats.date_format(later, "SHORT_DATE_FORMAT")
+    assert f"Test access extended until {shown_later} (last day)." in body
+    facts = body.split('data-testid="test-access-facts"')[1].split("</dl>")[0]
+    assert shown_later in facts
+    assert shown not in facts
+    # Without htmx: the member page again, with the message.
+    plain = client.post(
+        reverse("network:test_access_action", args=[member.pk, "extend"]),
+        {"extend-until": str(later + dt.timedelta(days=1)), "extend-profile": profile},
+        follow=True,
+    ).content.decode()
+    assert "Test access extended until" in plain
 
 
 def test_test_access_tools_are_404_for_members():

@@ -56,10 +56,40 @@ def test_firewall_health_summary_is_shown_from_the_cached_data():
     FirewallHost.objects.create(name="nat2", address="10.255.255.12")
     data, _stale = status_data()
     # No health samples yet: both count as reporting a problem ("no data").
-    assert data["firewalls"] == {"total": 2, "healthy": 0, "degraded": 2}
+    assert data["firewalls"] == {"total": 2, "healthy": 0, "degraded": 2, "on_backup": []}
     page = Client().get(reverse("tickets:status_page")).text
     assert 'data-testid="firewall-summary"' in page
     assert "2 of 2 firewalls report a problem" in page
+
+
+def test_the_status_page_says_when_a_family_runs_on_the_backup_firewall():
+    from apps.firewall.models import Site
+    from apps.health.models import HostHealthSample
+
+    Site.objects.filter(pk=Site.default_pk()).update(virtual_addresses="member 10.100.0.1/16")
+    hosts = [
+        FirewallHost.objects.create(
+            name=f"nat{n}", address=f"10.255.255.1{n}", rollout_order=n, sync_interface="sync0",
+            sync_address4=f"10.255.254.{n}",
+        )
+        for n in (1, 2)
+    ]  # fmt: skip
+
+    def sample(host, ipv4, ipv6):
+        instances = {"ipv4": {"state": ipv4}, "ipv6": {"state": ipv6}}
+        HostHealthSample.objects.create(host=host, reachable=True, ha={"instances": instances})
+
+    sample(hosts[0], "MASTER", "BACKUP")
+    sample(hosts[1], "BACKUP", "MASTER")
+    status_cache_clear()
+    assert status_data()[0]["firewalls"]["on_backup"] == []
+    sample(hosts[0], "FAULT", "FAULT")  # pl-nat1 is down: the second host carries both
+    sample(hosts[1], "MASTER", "MASTER")
+    status_cache_clear()
+    page = Client().get(reverse("tickets:status_page")).text
+    assert "IPv4 traffic is running on the backup firewall" in page
+    german = Client().get(reverse("tickets:status_page"), HTTP_ACCEPT_LANGUAGE="de").text
+    assert "Der IPv4-Verkehr läuft über die Backup-Firewall" in german
 
 
 def test_no_firewalls_no_summary():

@@ -20,6 +20,18 @@ LAB_SCRIPT = Path(settings.BASE_DIR) / "deploy" / "lab" / "lab.sh"
 LAB_MEMBER_NETWORKS = ("10.100.0.0/16", "2001:db8:100::/48")  # the lab contract's member side
 
 
+def _checked_paths(entry: dict[str, Any], fields: dict[str, Any], names: tuple[str, ...]) -> dict:
+    """`fields`, once every path in `names` is one the host settings accept."""
+    for name in names:
+        try:
+            HOST_PATH_VALIDATOR(fields[name])
+        except ValidationError:
+            raise CommandError(
+                f"lab host {entry.get('name')}: bad {name} {fields[name]!r}"
+            ) from None
+    return fields
+
+
 class Command(BaseCommand):
     help = "Create or update the firewall hosts of the local lab (idempotent)."
 
@@ -42,6 +54,7 @@ class Command(BaseCommand):
         except (ValueError, KeyError, TypeError) as exc:
             raise CommandError(f"{path} is not a lab description: {exc}") from None
         with transaction.atomic():
+            self._site_failover(lab)
             for order, entry in enumerate(hosts):
                 name, address = str(entry["name"]), str(entry["address"])
                 try:
@@ -61,6 +74,7 @@ class Command(BaseCommand):
                         "uplink_interfaces": interfaces.get("internet_side", "inet0"),
                         "management_interfaces": interfaces.get("management", ""),
                         **self._dhcp_fields(entry),
+                        **self._ha_fields(entry),
                     },
                 )
                 if not created:
@@ -84,14 +98,40 @@ class Command(BaseCommand):
             "kea_lease_file": str(dhcp["lease_file"]),
             "ra_pid_file": str(dhcp.get("ra_pid_file", "/run/portal-ra.pid")),
         }
-        for name in ("kea_control_socket", "kea_lease_file", "ra_pid_file"):
-            try:
-                HOST_PATH_VALIDATOR(fields[name])
-            except ValidationError:
-                raise CommandError(
-                    f"lab host {entry.get('name')}: bad {name} {fields[name]!r}"
-                ) from None
-        return fields
+        return _checked_paths(
+            entry, fields, ("kea_control_socket", "kea_lease_file", "ra_pid_file")
+        )
+
+    @staticmethod
+    def _ha_fields(entry: dict[str, Any]) -> dict[str, Any]:
+        """The lab's hosts are a pair (lab.sh up starts keepalived and conntrackd)."""
+        ha = entry.get("ha")
+        if not isinstance(ha, dict):
+            return {"sync_interface": ""}
+        fields = {
+            "sync_interface": str(ha["sync_interface"]),
+            "sync_address4": str(ipaddress.IPv4Address(ha["sync_address4"])),
+            "sync_address6": str(ipaddress.IPv6Address(ha["sync_address6"])),
+            "ha_run_dir": str(ha["run_dir"]),
+            "ha_notify": str(ha["notify"]),
+            "conntrackd_config": str(ha["conntrackd_config"]),
+        }
+        return _checked_paths(entry, fields, ("ha_run_dir", "ha_notify", "conntrackd_config"))
+
+    @staticmethod
+    def _site_failover(lab: dict[str, Any]) -> None:
+        """The lab's virtual addresses (lab.json "virtual_addresses") on the hosts' site."""
+        lines = lab.get("virtual_addresses")
+        if not isinstance(lines, list):
+            return
+        from apps.firewall.models import Site, validate_virtual_addresses
+
+        text = "\n".join(str(line) for line in lines)
+        try:
+            validate_virtual_addresses(text)
+        except ValidationError as exc:
+            raise CommandError(f"lab.json virtual_addresses: {exc.messages[0]}") from None
+        Site.objects.filter(pk=Site.default_pk()).update(virtual_addresses=text)
 
     def _devices_into_lab(self) -> None:
         """Give pl-dorm the addresses of the networked devices, so forwards can be tried."""

@@ -1,0 +1,155 @@
+"""A site's pair: which host is primary for which family, and what the portal refuses."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from apps.firewall.models import FirewallHost, Site
+from apps.firewall.snapshot import firewall_snapshot_build
+from workers.ruleset import SnapshotError
+
+pytestmark = pytest.mark.django_db
+
+VIPS = "member 10.100.0.1/16\nuplink 203.0.113.1/24\nmember 2001:db8:100::1/48"
+
+
+def paired_site(**site_fields) -> tuple[Site, FirewallHost, FirewallHost]:
+    site = Site.objects.create(name="pair", virtual_addresses=VIPS, **site_fields)
+    hosts = [
+        FirewallHost.objects.create(
+            name=f"fw{n}",
+            address=f"192.0.2.{n}",
+            site=site,
+            rollout_order=n,
+            sync_interface="sync0",
+            sync_address4=f"10.255.254.{n}",
+            sync_address6=f"fdff::{n}",
+        )
+        for n in (1, 2)
+    ]
+    return site, *hosts
+
+
+def test_first_host_is_primary_for_ipv4_and_the_second_for_ipv6():
+    _site, fw1, fw2 = paired_site()
+    ha1 = firewall_snapshot_build(host=fw1).ha
+    ha2 = firewall_snapshot_build(host=fw2).ha
+    assert (ha1.priority4, ha1.priority6) == (200, 100)
+    assert (ha2.priority4, ha2.priority6) == (100, 200)
+    assert str(ha1.peer4) == "10.255.254.2"
+    assert str(ha2.peer4) == "10.255.254.1"
+    assert ha1.addresses4 == (("dorm0", "10.100.0.1/16"), ("inet0", "203.0.113.1/24"))
+    assert ha1.addresses6 == (("dorm0", "2001:db8:100::1/48"),)
+    assert set(ha1.ignore_addresses) == {"192.0.2.1", "192.0.2.2"}
+
+
+def test_the_site_chooses_the_primaries_and_preemption():
+    site, fw1, fw2 = paired_site(vrrp_preempt=False, vrrp_advert_ms=200)
+    site.ipv4_primary = fw2
+    site.ipv6_primary = fw2
+    site.save()
+    ha1 = firewall_snapshot_build(host=fw1).ha
+    assert (ha1.priority4, ha1.priority6) == (100, 100)
+    assert ha1.preempt is False
+    assert ha1.advert_ms == 200
+    assert firewall_snapshot_build(host=fw2).ha.priority4 == 200
+
+
+def test_no_virtual_addresses_or_no_sync_link_means_no_failover():
+    site, fw1, _fw2 = paired_site()
+    Site.objects.filter(pk=site.pk).update(virtual_addresses="")
+    fw1.refresh_from_db()
+    assert firewall_snapshot_build(host=fw1).ha is None
+
+
+def test_a_third_host_with_a_sync_link_is_refused_by_name():
+    site, fw1, _ = paired_site()
+    FirewallHost.objects.create(
+        name="fw3", address="192.0.2.3", site=site, sync_interface="sync0",
+        sync_address4="10.255.254.3",
+    )  # fmt: skip
+    with pytest.raises(SnapshotError, match="site pair: failover needs exactly two"):
+        firewall_snapshot_build(host=fw1)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("gateway 10.100.0.1/16", "Line 1"),
+        ("member 10.100.0.1", "Line 1"),
+        ("member 10.100.0.1/16\nuplink 300.1.1.1/24", "Line 2: 300.1.1.1/24 is not"),
+    ],
+)
+def test_bad_virtual_addresses_are_a_form_error(text, message):
+    site = Site(name="x", virtual_addresses=text)
+    with pytest.raises(ValidationError, match=message):
+        site.full_clean()
+
+
+def test_a_sync_link_needs_its_address_and_must_not_be_a_data_interface():
+    host = FirewallHost(name="fw9", address="192.0.2.9", sync_interface="dorm0")
+    with pytest.raises(ValidationError) as info:
+        host.full_clean()
+    assert set(info.value.message_dict) >= {"sync_interface", "sync_address4"}
+
+
+def ha_sample(host, ipv4, ipv6, *, conntrackd=True, lost=0):
+    from apps.health.models import HostHealthSample
+
+    return HostHealthSample.objects.create(
+        host=host,
+        reachable=True,
+        ha={
+            "instances": {"ipv4": {"state": ipv4, "since": "x"}, "ipv6": {"state": ipv6}},
+            "keepalived": {"running": True},
+            "conntrackd": {
+                "running": conntrackd,
+                "stats": {"internal_active": 10, "external_active": 12, "lost_messages": lost,
+                          "sent_packets": 5, "received_packets": 6},
+            },
+        },
+    )  # fmt: skip
+
+
+def test_the_host_pages_show_roles_and_warnings_in_both_languages(client_for):
+    from django.urls import reverse
+
+    _site, fw1, fw2 = paired_site()
+    ha_sample(fw1, "MASTER", "MASTER")
+    ha_sample(fw2, "MASTER", "BACKUP", conntrackd=False)
+    admin = client_for("admin")
+    listing = admin.get(reverse("firewall:host_list")).text
+    assert "Both hosts are primary for IPv4" in listing
+    assert "conntrackd is not running" in listing
+    detail = admin.get(reverse("firewall:host_detail", args=["fw2"])).text
+    assert 'data-testid="failover"' in detail
+    assert "Resync connection states" in detail
+    german = admin.get(reverse("firewall:host_detail", args=["fw2"]), HTTP_ACCEPT_LANGUAGE="de")
+    assert "Beide Hosts sind Primärsystem für IPv4" in german.text
+    assert "Verbindungszustände neu abgleichen" in german.text
+    volunteer = client_for("volunteer").get(reverse("firewall:host_detail", args=["fw2"])).text
+    assert "Resync connection states" not in volunteer
+
+
+def test_sync_errors_rising_and_no_primary_are_warnings():
+    from apps.health.selectors import firewall_host_states
+
+    _site, fw1, fw2 = paired_site()
+    ha_sample(fw1, "BACKUP", "BACKUP", lost=3)
+    ha_sample(fw2, "BACKUP", "BACKUP")
+    ha_sample(fw1, "BACKUP", "BACKUP", lost=9)
+    codes = {w.code for s in firewall_host_states() if s.host.pk == fw1.pk for w in s.warnings}
+    assert {"sync-errors", "no-primary"} <= codes
+
+
+def test_resync_is_for_admins_and_says_why_it_failed(client_for):
+    from django.urls import reverse
+
+    single = FirewallHost.objects.create(name="solo", address="192.0.2.50")
+    url = reverse("firewall:state_resync", args=["solo"])
+    assert client_for("volunteer").post(url).status_code == 403
+    response = client_for("admin").post(url, follow=True)
+    assert response.status_code == 200
+    assert "solo is not one of a pair" in response.text
+    assert single.pk

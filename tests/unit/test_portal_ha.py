@@ -1,0 +1,99 @@
+"""deploy/firewall/portal-ha (keepalived's notify hook, conntrackd's keeper) and the example
+artefact declaration for a pair, without a lab: parsing and refusals."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PORTAL_HA = REPO / "deploy" / "firewall" / "portal-ha"
+
+
+def load(name: str, path: Path):
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it loads
+    loader.exec_module(module)
+    return module
+
+
+def portal_ha(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(PORTAL_HA), *args], capture_output=True, text=True, timeout=30
+    )
+
+
+STATS = """cache internal:
+current active connections:	         850
+connections created:		        1000	failed:	           0
+connections updated:		           0	failed:	           0
+connections destroyed:		         150	failed:	           0
+
+cache external:
+current active connections:	         349
+connections created:		         400	failed:	           2
+connections updated:		           0	failed:	           0
+connections destroyed:		          51	failed:	           0
+
+UDP traffic (active device=pl-sync):
+               93312 Bytes sent                 41472 Bytes recv
+                2916 Pckts sent                  1296 Pckts recv
+                   0 Error send                    1 Error recv
+
+message tracking:
+                   0 Malformed msgs                    7 Lost msgs
+"""
+
+
+def test_the_example_declaration_loads_in_the_helper():
+    fw = load("portal_fw_for_test", REPO / "deploy" / "firewall" / "portal_fw.py")
+    declared = fw.load_artefacts(REPO / "deploy" / "firewall" / "artefacts.example.json")
+    assert {"keepalived", "conntrackd", "kea-dhcp4"} <= set(declared)
+    assert declared["conntrackd"].reload[-2:] == ("--unit", "conntrackd")
+
+
+def test_status_reads_conntrackds_statistics(monkeypatch, tmp_path):
+    ha = load("portal_ha_for_test", PORTAL_HA)
+    monkeypatch.setattr(
+        ha, "conntrackd", lambda conf, *a: subprocess.CompletedProcess(a, 0, STATS, "")
+    )
+    monkeypatch.setattr(ha, "keepalived_running", lambda: True)
+    (tmp_path / "state-ipv4.json").write_text(json.dumps({"state": "MASTER", "since": "x"}))
+    answer = ha.status(tmp_path / "c.conf", tmp_path)
+    assert answer["conntrackd"]["stats"] == {
+        "internal_active": 850, "external_active": 349, "external_created_failed": 2,
+        "sent_packets": 2916, "received_packets": 1296, "send_errors": 0, "receive_errors": 1,
+        "lost_messages": 7, "malformed_messages": 0,
+    }  # fmt: skip
+    assert answer["instances"]["ipv4"]["state"] == "MASTER"
+    monkeypatch.setattr(ha, "keepalived_running", lambda: False)
+    assert ha.status(tmp_path / "c.conf", tmp_path)["instances"]["ipv4"]["state"] == "STOPPED"
+
+
+def test_notify_records_the_state_and_refuses_what_keepalived_never_sends(tmp_path):
+    conf = tmp_path / "missing.conf"
+    ok = portal_ha("notify", str(conf), str(tmp_path), "INSTANCE", "ipv4", "MASTER", "200")
+    assert ok.returncode == 0, ok.stderr
+    state = json.loads((tmp_path / "state-ipv4.json").read_text())
+    assert (state["state"], state["priority"]) == ("MASTER", "200")
+    assert "conntrackd is not running" in (tmp_path / "notify.log").read_text()
+    bad = portal_ha("notify", str(conf), str(tmp_path), "INSTANCE", "ipv4; reboot", "MASTER")
+    assert bad.returncode == 2
+    assert "unexpected" in bad.stderr
+    unsafe = portal_ha("notify", "/etc/x y", str(tmp_path), "INSTANCE", "ipv4", "MASTER")
+    assert unsafe.returncode == 2
+    assert "safe absolute path" in unsafe.stderr
+
+
+def test_check_conntrackd_refuses_a_stats_only_config(tmp_path):
+    stats_only = tmp_path / "conntrackd.conf"
+    stats_only.write_text("General {\n\tLockFile /tmp/x.lock\n}\nStats {\n}\n")
+    result = portal_ha("check-conntrackd", str(stats_only))
+    assert result.returncode == 1
+    assert "Mode FTFW" in result.stderr
