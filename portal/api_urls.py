@@ -3,6 +3,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from apps.abuse.api import AbuseLookupAPI
 from apps.accounts.api import MeAPI
 from apps.health.api import SystemStatusAPI
 from apps.members.api import MemberDetailAPI, MemberListAPI, RoomDetailAPI, RoomListAPI
@@ -37,6 +38,7 @@ urlpatterns = [
     path("tickets/<int:pk>/", TicketDetailAPI.as_view(), name="api-ticket"),
     path("incidents/", IncidentListAPI.as_view(), name="api-incidents"),
     path("incidents/<int:pk>/", IncidentDetailAPI.as_view(), name="api-incident"),
+    path("abuse/lookups/", AbuseLookupAPI.as_view(), name="api-abuse-lookup"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

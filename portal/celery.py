@@ -14,6 +14,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 app = Celery(
     "portal",
     include=[
+        "workers.abuse",
         "workers.dhcp",
         "workers.firewall",
         "workers.health",

@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "apps.firewall",
     "apps.dhcp",
     "apps.tickets",
+    "apps.abuse",
 ]
 
 MIDDLEWARE = [
@@ -265,6 +266,15 @@ CELERY_BEAT_SCHEDULE["test-access-expire"] = {
     "task": "workers.network.expire_test_accesses",
     "schedule": timedelta(minutes=env_int("PORTAL_TEST_ACCESS_INTERVAL_MINUTES", 60)),
     "options": {"expires": 600},
+}
+
+# Abuse lookup: ended address holdings (who held which address when) are kept this many days,
+# then pruned daily; running ones are never pruned.
+PORTAL_ABUSE_HISTORY_DAYS = env_int("PORTAL_ABUSE_HISTORY_DAYS", 180)
+CELERY_BEAT_SCHEDULE["abuse-history-prune"] = {
+    "task": "workers.abuse.abuse_history_prune",
+    "schedule": timedelta(hours=24),
+    "options": {"expires": 3600},
 }
 
 # --- Authentication -------------------------------------------------------------------------

@@ -188,3 +188,36 @@ def member_on_test(days: int = 14, **kwargs: Any) -> Member:
 # What a host's helper read back right after it applied a bundle (any digest: tests of the
 # live state only need the host to have read back something that still matches).
 READ_BACK = {"total": "0" * 64, "parts": {"nft:chain forward": "0" * 64}}
+
+
+# --- abuse lookup ---------------------------------------------------------------------------------
+
+from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # noqa: E402
+
+from apps.abuse.models import AddressHolding  # noqa: E402
+
+
+def member_registered(room: Any = None, first_name: str = "Ann", last_name: str = "Lee") -> Member:
+    """A member registered through the service (so with a room stay from now on), pending."""
+    from apps.members.services import member_register
+
+    n = next(_mac_counter)
+    return member_register(
+        first_name=first_name,
+        last_name=last_name,
+        email=f"{first_name.lower()}.{n}@example.org",
+        room=room or RoomFactory(),
+        actor=None,
+    )
+
+
+class AddressHoldingFactory(factory.django.DjangoModelFactory):
+    """A row of the address-holder history written directly (constraint tests)."""
+
+    class Meta:
+        model = AddressHolding
+
+    address = "198.51.100.77"
+    kind = "public_ipv4"
+    member_name = "Someone"
+    period = factory.LazyFunction(lambda: DateTimeTZRange(timezone.now(), None))

@@ -13,4 +13,5 @@ def roles(request: HttpRequest) -> dict[str, Any]:
     return {
         "is_staff_role": has_role(user, *STAFF_ROLES),
         "is_admin_role": has_role(user, Role.ADMIN),
+        "is_abuse_role": has_role(user, Role.ABUSE),
     }

@@ -13,12 +13,14 @@ from rest_framework.permissions import BasePermission
 
 
 class Role(models.TextChoices):
-    """The four roles; admin may do everything the others may."""
+    """The roles; admin may do everything the others may."""
 
     MEMBER = "member", _("Member")
     VOLUNTEER = "volunteer", _("Volunteer")
     SUPPORT = "support", _("Support")
     ADMIN = "admin", _("Admin")
+    # Who may ask "who had this address then?" (abuse complaints, legal requests); admins may.
+    ABUSE = "abuse", _("Abuse desk")
 
 
 STAFF_ROLES = (Role.VOLUNTEER, Role.SUPPORT, Role.ADMIN)
@@ -76,3 +78,4 @@ def role_permission(*roles: str) -> type[BasePermission]:
 
 IsStaffRole = role_permission(*STAFF_ROLES)
 IsAdminRole = role_permission(Role.ADMIN)
+IsAbuseRole = role_permission(Role.ABUSE)

@@ -6,14 +6,8 @@ from django.http import HttpRequest
 from apps.audit.models import AuditEntry
 
 
-@admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
-    """The whole trail, read-only."""
-
-    list_display = ["at", "actor_name", "action", "object_repr"]
-    list_filter = ["action"]
-    search_fields = ["object_repr", "actor_name", "action"]
-    date_hierarchy = "at"
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records nobody edits by hand: listed and shown, never added, changed or deleted."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -23,3 +17,13 @@ class AuditEntryAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    """The whole trail, read-only."""
+
+    list_display = ["at", "actor_name", "action", "object_repr"]
+    list_filter = ["action"]
+    search_fields = ["object_repr", "actor_name", "action"]
+    date_hierarchy = "at"

@@ -11,6 +11,7 @@ import structlog
 from django.db import transaction
 from django.utils import timezone
 
+from apps.abuse.services import registration_leases_record
 from apps.dhcp.models import DhcpSettings, Lease, RegistrationRange
 from apps.firewall.models import FirewallHost
 from apps.firewall.transport import FirewallUnreachable, session_for
@@ -72,9 +73,17 @@ def leases_store(
 ) -> int:
     """Merge one host's current leases into the history: a lease that continues (same MAC and
     address, renewed before its stored end ran out) extends its row; anything else starts a
-    new row. Returns the number of rows written."""
+    new row. Leases in a registration range (unknown devices) also go into the address-holder
+    history. Returns the number of lease rows written."""
     now = now or timezone.now()
     registration = _registration_networks()
+    spans = [(int(n.network_address), int(n.broadcast_address)) for n in registration]
+    unknown = [
+        (row.address, row.mac, row.starts, row.ends)
+        for row in rows
+        if spans and any(a <= int(ipaddress.IPv4Address(row.address)) <= b for a, b in spans)
+    ]
+    registration_leases_record(leases=unknown, continues_within=CONTINUES_WITHIN)
     horizon = now - dt.timedelta(days=7)
     open_rows = {
         (mac, address): (pk, ends)

@@ -11,6 +11,11 @@ from django.db import IntegrityError, transaction
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 
+from apps.abuse.services import (
+    device_addresses_record,
+    public_ipv4_assign_record,
+    public_ipv4_quarantine_record,
+)
 from apps.audit.services import audit_changes, audit_record
 from apps.network.choices import Direction, Protocol
 from apps.network.errors import (
@@ -212,6 +217,7 @@ def public_ipv4_allocate(*, member: Member, actor: Any) -> PublicAddress:
         raise PoolExhausted(
             _("All public IPv4 addresses are in use. An admin has to add a public pool first.")
         )
+    public_ipv4_assign_record(address=address.address, member=member, at=now)
     audit_record(
         actor=actor,
         action="public_ipv4.assign",
@@ -229,9 +235,11 @@ def public_ipv4_release(*, member: Member, actor: Any) -> PublicAddress | None:
         return None
     port_forwards_release(member=member, actor=actor)
     days = NetworkSettings.load().quarantine_days
-    until = timezone.now() + dt.timedelta(days=days)
+    now = timezone.now()
+    until = now + dt.timedelta(days=days)
     address.member, address.quarantined_until, address.assigned_at = None, until, None
     address.save(update_fields=["member", "quarantined_until", "assigned_at"])
+    public_ipv4_quarantine_record(address=address.address, member=member, at=now, until=until)
     audit_record(
         actor=actor,
         action="public_ipv4.quarantine",
@@ -327,6 +335,9 @@ def device_add(*, member: Member, name: str, mac: str, actor: Any) -> Device:
         member=member, name=name, mac=mac, ipv4=ipv4, ipv6=device_ipv6(room=member.room, mac=mac)
     )
     _save_device(device)
+    device_addresses_record(
+        device=device, before={}, after=_device_values(device), cause="device.add"
+    )
     _network_row_recorded(
         actor=actor,
         action="device.add",
@@ -364,6 +375,9 @@ def device_change(
     if not fields:
         return device
     _save_device(device, update_fields=[*fields, "updated_at"])
+    device_addresses_record(
+        device=device, before=before, after=_device_values(device), cause="device.change"
+    )
     _network_row_recorded(
         actor=actor,
         action="device.change",
@@ -390,6 +404,7 @@ def _device_delete(*, device: Device, actor: Any, action: str) -> None:
         else:
             _forward_delete(forward=forward, actor=actor)
     values = _device_values(device)
+    device_addresses_record(device=device, before=values, after={}, cause=action)
     audit_record(
         actor=actor,
         action=action,
@@ -427,6 +442,9 @@ def devices_readdress(*, member: Member, room: Room, actor: Any) -> None:
         device.ipv4 = new_ipv4.get(device.pk, device.ipv4)
         device.ipv6 = device_ipv6(room=room, mac=device.mac)
         _save_device(device, update_fields=["ipv4", "ipv6", "updated_at"])
+        device_addresses_record(
+            device=device, before=before, after=_device_values(device), cause="device.readdress"
+        )
         audit_record(
             actor=actor,
             action="device.readdress",

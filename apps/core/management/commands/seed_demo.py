@@ -139,6 +139,10 @@ class Command(BaseCommand):
             people = [("resident", 1)] + [(f"member{n:05d}", n) for n in range(1, members + 1)]
             made = network.memberships(people)
             rules = RulesSeeder(seed=seed).run(people)
+            if members <= 200:  # the lab demo: its addresses get a history the abuse desk can ask
+                from apps.abuse.backfill import holdings_backfill
+
+                holdings_backfill()
         if made["members"] > 1000 or rules["forwards"] > 1000:
             # Fresh statistics after a bulk load, so the planner uses the search indexes at once.
             with connection.cursor() as cursor:
