@@ -145,3 +145,4 @@ def test_accounts_per_address_are_limited(client, room, ip, settings):
 def test_logged_in_users_are_sent_to_their_account(client_for):
     response = client_for("member").get(URL)
     assert response.status_code == 302
+    assert response.url == reverse("members:dashboard")

@@ -209,8 +209,13 @@ def test_blocked_inbound_ranges_are_refused_by_protocol():
 
 
 def test_outbound_blocks_do_not_limit_forwards():
+    """Port 25 blocked outbound (spam) does not stop a member from running a mail server."""
     BlockedPort.objects.get_or_create(direction="outbound", protocol="tcp", first=25, last=25)
-    forward_add(member_active(), ports="25")
+    member = member_active()
+    forward = forward_add(member, ports="25")
+    forward.refresh_from_db()
+    assert (forward.public_first, forward.public_last, forward.enabled) == (25, 25, True)
+    assert member.port_forwards.filter(pk=forward.pk).exists()
 
 
 def test_change_ports_conflict_names_the_other_forward_and_changes_nothing():

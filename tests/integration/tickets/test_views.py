@@ -107,11 +107,22 @@ def test_reply_and_note_from_the_ticket_page(
 
 
 def test_empty_reply_is_refused(people, alice_ticket):
+    from django.core import mail as outbox
+
+    messages_before = list(Message.objects.filter(ticket=alice_ticket).values_list("pk", flat=True))
+    status_before = alice_ticket.status
     response = login(people["sam"]).post(
         reverse("tickets:ticket_detail", args=[alice_ticket.pk]),
         {"action": "reply", "body": "", "status": "waiting"},
     )
     assert response.status_code == 400
+    # Nothing stored, nothing sent, the ticket as it was, and the form says why.
+    after = list(Message.objects.filter(ticket=alice_ticket).values_list("pk", flat=True))
+    assert after == messages_before
+    assert outbox.outbox == []
+    alice_ticket.refresh_from_db()
+    assert alice_ticket.status == status_before
+    assert "This field is required" in response.text
 
 
 def test_member_opens_and_follows_a_ticket(people):
@@ -202,6 +213,13 @@ def test_stats_page_renders_svg_charts(people, alice_ticket):
     assert page.status_code == 200
     assert page.text.count("<svg") == 3
     assert "New tickets per day" in page.text
+    # The numbers behind them: today's row counts Alice's ticket as new and open.
+    from django.utils import formats, timezone
+
+    today = formats.date_format(timezone.localdate(), "SHORT_DATE_FORMAT")
+    row = page.text.split(f"<tr><td>{today}</td>", 1)[1].split("</tr>", 1)[0]
+    new, still_open = [cell.removeprefix("<td>") for cell in row.split("</td>")[:2]]
+    assert (new, still_open) == ("1", "1")
 
 
 def test_ticket_page_of_a_ticket_linked_to_an_incident(people, alice_ticket):
