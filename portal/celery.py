@@ -8,6 +8,9 @@ from typing import Any
 
 from celery import Celery
 from celery.beat import PersistentScheduler
+from celery.signals import setup_logging
+
+from portal.logs import bind_celery_task_ids
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -23,6 +26,19 @@ app = Celery(
     ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+@setup_logging.connect(weak=False)
+def _portal_logging(**_: Any) -> None:
+    """Workers and beat log through Django's LOGGING (portal/logs.py), not Celery's format."""
+    import logging.config
+
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+
+
+bind_celery_task_ids()
 
 
 class PortalScheduler(PersistentScheduler):

@@ -17,6 +17,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
+from portal.logs import logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
 RUN_DIR = VAR_DIR / "run"
@@ -108,6 +110,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.logs.RequestIdMiddleware",  # a request id on every log line of the request
     "apps.core.metrics.RequestLatencyMiddleware",  # portal_http_request_seconds per view
     "django.middleware.security.SecurityMiddleware",
     # Answers warm /status/ requests before sessions, auth, CSRF and messages (apps.tickets).
@@ -198,6 +201,7 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # LOGGING below formats Celery's lines too
 CELERY_TIMEZONE = "UTC"
 # Firewall work has a queue of its own, served by one worker process (threads: one warm snapshot
 # cache for every push, sites in parallel); everything else stays on the default queue.
@@ -407,10 +411,9 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=True)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"axes": {"level": "WARNING"}, "asyncssh": {"level": "WARNING"}},
-}
+# One format for web, workers, beat and the mail listener (portal/logs.py): JSON lines in
+# production, a console line in development; LOG_FORMAT=json|console, LOG_LEVEL.
+LOGGING = logging_config(
+    json=os.environ.get("LOG_FORMAT", "console" if DEBUG else "json") == "json",
+    level=os.environ.get("LOG_LEVEL", "INFO"),
+)
