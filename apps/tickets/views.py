@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import translation
-from django.utils.http import content_disposition_header
+from django.utils.http import content_disposition_header, url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views import View
@@ -36,6 +36,17 @@ from apps.tickets.forms import (
 from apps.tickets.middleware import status_response
 from apps.tickets.models import CannedResponse, InboundMail, Incident, Queue, Ticket
 from apps.tickets.status import status_data, status_html_get, status_html_set
+
+
+def _local_next(request: HttpRequest) -> str:
+    """Where the inbox's bulk action returns: a path on this portal only, else the inbox (an
+    open redirect would let a crafted form send staff anywhere)."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return reverse("tickets:inbox")
 
 
 def _partial(request: HttpRequest, template: str, partial: str) -> str:
@@ -91,7 +102,7 @@ class InboxView(SupportRequiredMixin, View):
                     _("There is no incident %(number)s; no ticket was changed.")
                     % {"number": f"#{number}" if number.isdigit() else f"“{number}”"},
                 )
-                return redirect(request.POST.get("next") or reverse("tickets:inbox"))
+                return redirect(_local_next(request))
         tickets = selectors.ticket_list(actor=request.user, filters={}).filter(pk__in=ids)
         try:
             count = services.tickets_bulk_update(
@@ -105,7 +116,7 @@ class InboxView(SupportRequiredMixin, View):
                 ngettext("%(count)d ticket changed.", "%(count)d tickets changed.", count)
                 % {"count": count},
             )
-        return redirect(request.POST.get("next") or reverse("tickets:inbox"))
+        return redirect(_local_next(request))
 
 
 # --- staff: one ticket ------------------------------------------------------------------------

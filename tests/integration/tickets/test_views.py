@@ -177,6 +177,24 @@ def test_bulk_actions(people, alice_ticket):
     assert other.tags == ["wifi"]
 
 
+@pytest.mark.parametrize(
+    ("next_url", "lands"),
+    [
+        ("/support/tickets/?status=open", "/support/tickets/?status=open"),
+        ("https://evil.example/phish", None),
+        ("//evil.example/phish", None),
+        ("javascript:alert(1)", None),
+    ],
+)
+def test_bulk_action_returns_only_to_a_local_page(people, alice_ticket, next_url, lands):
+    response = login(people["sam"]).post(
+        reverse("tickets:inbox"),
+        {"ticket": [alice_ticket.pk], "action": "assign_me", "next": next_url},
+    )
+    assert response.status_code == 302
+    assert response.url == (lands or reverse("tickets:inbox"))
+
+
 def test_canned_response_fills_placeholders(people, alice_ticket):
     canned = CannedResponse.objects.create(
         title="Restart", body="Hello {first_name}, about {ticket_number}: restart. {unknown}"
