@@ -15,4 +15,5 @@ urlpatterns = [
     path("", include("apps.health.urls")),
     path("", include("apps.firewall.urls")),
     path("", include("apps.tickets.urls")),
+    path("", include("apps.notifications.urls")),
 ]
