@@ -329,7 +329,7 @@ def live_checks_run(*, now: dt.datetime | None = None, limit: int = 2000) -> lis
             model.objects.filter(updated_at__gte=since, updated_at__lte=now)
             .exclude(Exists(decided))
             .select_related(*related)
-            .order_by("updated_at")[:limit]
+            .order_by("-updated_at")[:limit]  # newest first: old pending rows never starve new ones
         )
         if not rows:
             continue
