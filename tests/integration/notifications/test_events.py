@@ -170,3 +170,25 @@ def test_changes_older_than_the_window_are_forgotten(hosts, settings):
     later = timezone.now() + dt.timedelta(seconds=700)
     assert live_checks_run(now=later) == []
     assert not LiveCheck.objects.filter(object_id=forward.pk).exists()
+
+
+# --- test access ending -------------------------------------------------------------------------
+
+
+def test_the_test_access_notice_is_a_notice_in_the_members_language():
+    from apps.members.services import expiring_test_accesses_notify
+    from apps.network.models import NetworkSettings
+    from apps.notifications.services import preference_update
+    from tests.factories import member_on_test
+
+    NetworkSettings.objects.filter(pk=1).update(test_access_notice_days=3)
+    member = member_on_test(days=2)
+    preference_update(member=member, language="de", mail={}, actor=member.user)
+    assert expiring_test_accesses_notify() == [member.pk]
+    assert expiring_test_accesses_notify() == []  # once per end date
+    notice = Notice.objects.get(member=member)
+    assert notice.kind == NoticeKind.TEST_ACCESS
+    assert notice.params == {"until": member.test_access_until.isoformat()}
+    assert notices_mail_flush() == 1
+    assert mail.outbox[0].subject.startswith("Ihr Testzugang endet am")
+    assert "Your test access" not in mail.outbox[0].body
