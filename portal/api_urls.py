@@ -17,6 +17,7 @@ from apps.network.api import (
     TestAccessDetailAPI,
     TestAccessListAPI,
 )
+from apps.notifications.api import NoticeDetailAPI, NoticeListAPI, PreferenceAPI
 from apps.tickets.api import IncidentDetailAPI, IncidentListAPI, TicketDetailAPI, TicketListAPI
 
 urlpatterns = [
@@ -39,6 +40,9 @@ urlpatterns = [
     path("incidents/", IncidentListAPI.as_view(), name="api-incidents"),
     path("incidents/<int:pk>/", IncidentDetailAPI.as_view(), name="api-incident"),
     path("abuse/lookups/", AbuseLookupAPI.as_view(), name="api-abuse-lookup"),
+    path("notices/", NoticeListAPI.as_view(), name="api-notices"),
+    path("notices/preferences/", PreferenceAPI.as_view(), name="api-notice-preferences"),
+    path("notices/<int:pk>/", NoticeDetailAPI.as_view(), name="api-notice"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

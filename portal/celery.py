@@ -23,6 +23,7 @@ app = Celery(
         "workers.health",
         "workers.mail",
         "workers.network",
+        "workers.notifications",
     ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -107,6 +107,7 @@ INSTALLED_APPS = [
     "apps.dhcp",
     "apps.tickets",
     "apps.abuse",
+    "apps.notifications",
 ]
 
 MIDDLEWARE = [
@@ -279,6 +280,31 @@ CELERY_BEAT_SCHEDULE["abuse-history-prune"] = {
     "task": "workers.abuse.abuse_history_prune",
     "schedule": timedelta(hours=24),
     "options": {"expires": 3600},
+}
+# Notifications: at most one mail per member and kind in this many seconds (what comes in
+# meanwhile goes out together in the next one); a flush waits this long after a notice so that
+# a burst goes out as one mail; beat flushes and checks live states this often.
+PORTAL_NOTIFICATIONS_MAIL_INTERVAL = env_int("PORTAL_NOTIFICATIONS_MAIL_INTERVAL", 3600)
+PORTAL_NOTIFICATIONS_GATHER_SECONDS = env_int("PORTAL_NOTIFICATIONS_GATHER_SECONDS", 10)
+PORTAL_NOTIFICATIONS_FLUSH_INTERVAL = env_int("PORTAL_NOTIFICATIONS_FLUSH_INTERVAL", 60)
+# A change is "live late" when the firewalls enforce it later than this after it was made; a
+# change still pending after the window is no longer looked at.
+PORTAL_NOTIFICATIONS_LIVE_LATE_SECONDS = env_int("PORTAL_NOTIFICATIONS_LIVE_LATE_SECONDS", 60)
+PORTAL_NOTIFICATIONS_LIVE_WINDOW_SECONDS = env_int(
+    "PORTAL_NOTIFICATIONS_LIVE_WINDOW_SECONDS", 21600
+)
+PORTAL_NOTIFICATIONS_LIVE_INTERVAL = env_int("PORTAL_NOTIFICATIONS_LIVE_INTERVAL", 30)
+# Where members reach the portal (links in mails).
+PORTAL_URL = os.environ.get("PORTAL_URL", "http://127.0.0.1:8000")
+CELERY_BEAT_SCHEDULE["notices-mail"] = {
+    "task": "workers.notifications.notices_mail_flush",
+    "schedule": timedelta(seconds=PORTAL_NOTIFICATIONS_FLUSH_INTERVAL),
+    "options": {"expires": PORTAL_NOTIFICATIONS_FLUSH_INTERVAL},
+}
+CELERY_BEAT_SCHEDULE["notices-live"] = {
+    "task": "workers.notifications.live_checks_run",
+    "schedule": timedelta(seconds=PORTAL_NOTIFICATIONS_LIVE_INTERVAL),
+    "options": {"expires": PORTAL_NOTIFICATIONS_LIVE_INTERVAL},
 }
 
 # --- Authentication -------------------------------------------------------------------------

@@ -16,4 +16,5 @@ urlpatterns = [
     path("", include("apps.firewall.urls")),
     path("", include("apps.tickets.urls")),
     path("", include("apps.abuse.urls")),
+    path("", include("apps.notifications.urls")),
 ]

@@ -221,3 +221,32 @@ class AddressHoldingFactory(factory.django.DjangoModelFactory):
     kind = "public_ipv4"
     member_name = "Someone"
     period = factory.LazyFunction(lambda: DateTimeTZRange(timezone.now(), None))
+
+
+def confirm_everywhere(after: Any, *, confirmed_after: float = 2) -> None:
+    """Every host applied a version whose snapshot was taken a second after `after` and
+    confirmed it `confirmed_after` seconds after `after` (the live state's "since")."""
+    from datetime import timedelta
+
+    from apps.firewall.models import FirewallHost, PushLogEntry
+    from apps.firewall.rollout import ruleset_version_store
+
+    for host in FirewallHost.objects.all():
+        version = ruleset_version_store(
+            host=host,
+            nft_text=f"{host.name} {after} {confirmed_after}",
+            tc_text="",
+            content_hash="a" * 64,
+            counts={},
+            compile_seconds=0,
+            cause="t",
+            snapshot_at=after + timedelta(seconds=min(1, confirmed_after)),
+        )
+        host.mark_applied(version, digest=READ_BACK)
+        PushLogEntry.objects.create(
+            host=host,
+            version=version,
+            step="confirm",
+            ok=True,
+            at=after + timedelta(seconds=confirmed_after),
+        )

@@ -316,12 +316,15 @@ def expired_test_accesses_end(*, today: dt.date | None = None) -> list[int]:
 
 
 def expiring_test_accesses_notify(*, today: dt.date | None = None) -> list[int]:
-    """Mail each test-access member once, N days (admin setting) before the last day.
+    """Tell each test-access member once, N days (admin setting) before the last day: a
+    notice on their page and, as they chose, a mail in their language (apps.notifications).
 
-    The row remembers the end date it was mailed for, so running again sends nothing, and an
-    extension makes a new notice due. Mail leaves after the commit. Returns the member ids.
+    The row remembers the end date it was noticed for, so running again tells nobody twice,
+    and an extension makes a new notice due. Returns the member ids.
     """
     from apps.network.models import NetworkSettings
+    from apps.notifications.choices import NoticeKind
+    from apps.notifications.services import notice_create
 
     today = today or timezone.localdate()
     days = NetworkSettings.load().test_access_notice_days
@@ -350,38 +353,14 @@ def expiring_test_accesses_notify(*, today: dt.date | None = None) -> list[int]:
                 changes={"notice_sent_for": [None, until.isoformat()]},
                 member=access.member,
             )
-            if access.member.user.email:
-                message = _test_access_notice(access.member, until)
-                transaction.on_commit(lambda m=message: m.send(fail_silently=True))
+            notice_create(
+                member=access.member,
+                kind=NoticeKind.TEST_ACCESS,
+                params={"until": until.isoformat()},
+                source=f"test_access:{until.isoformat()}",
+            )
             sent.append(access.member_id)
     return sent
-
-
-def _test_access_notice(member: Member, until: dt.date) -> Any:
-    """The notice in English and German (the portal does not know a member's language)."""
-    from django.conf import settings
-    from django.core.mail import EmailMessage
-    from django.utils import formats, translation
-
-    texts, subjects = [], []
-    for language in ("en", "de"):
-        with translation.override(language):
-            date = formats.date_format(until, "DATE_FORMAT")
-            subjects.append(_("Your test access ends on %(date)s") % {"date": date})
-            texts.append(
-                _(
-                    "Hello %(name)s,\n\nyour test access to the dormitory network ends on "
-                    "%(date)s. Come to the office hours before then to be checked in, so that "
-                    "your devices stay online; bring your ID."
-                )
-                % {"name": member, "date": date}
-            )
-    return EmailMessage(
-        subject=" / ".join(dict.fromkeys(subjects)),
-        body="\n\n-- \n\n".join(texts),
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        to=[member.user.email],
-    )
 
 
 @transaction.atomic

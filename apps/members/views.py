@@ -30,6 +30,7 @@ from apps.members.selectors import (
 )
 from apps.network.errors import NetworkError
 from apps.network.views import devices_context
+from apps.notifications.selectors import notice_list
 
 
 class DashboardView(LoginRequiredMixin, View):
@@ -40,6 +41,7 @@ class DashboardView(LoginRequiredMixin, View):
         context: dict[str, Any] = {"roles": sorted(user_roles(request.user)), "member": member}
         if member is not None:
             context.update(devices_context(request=request, member=member))
+            context["recent_notices"] = list(notice_list(actor=request.user)[:3])
         return render(request, "members/dashboard.html", context)
 
 

@@ -737,6 +737,12 @@ def incident_declare(
         ).filter(condition)
         incident_tickets_link(incident=incident, tickets=candidates, actor=actor, auto=True)
     transaction.on_commit(status_cache_refresh)
+    if buildings and incident.public and django_apps.is_installed("apps.notifications"):
+        # Thousands of members may live there: their notices are made by a task, never here.
+        from workers.notifications import incident_notices_create as incident_notices_task
+
+        incident_id = incident.pk
+        transaction.on_commit(lambda: incident_notices_task.delay(incident_id))
     return incident
 
 

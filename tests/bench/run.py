@@ -485,12 +485,12 @@ def ha_failover() -> Iterable[Row]:
     yield ("  conntrackd CPU (one core = 100 %)", f"{r['conntrackd_cpu_percent']:.1f}", "%", "")
 
 
-@benchmark("Tickets: mail ingest, mass reply, status page")
-def tickets_mail_and_status() -> Iterable[Row]:
-    """tests/bench/tickets_bench.py in a scratch database (real SMTP, real gunicorn)."""
+def _scratch_run(module: str, *, name: str) -> Iterable[Row]:
+    """`python -m module` in a fresh scratch database <prefix>_<name> (migrated, its own cache
+    prefix); its last line of stdout is a JSON list of rows."""
     import json
 
-    dbname = f"{DB_PREFIX}_tickets"
+    dbname = f"{DB_PREFIX}_{name}"
     host = str(ROOT / "var/run")
     subprocess.run(
         ["dropdb", "-h", host, "-U", "portal", "--if-exists", dbname],
@@ -502,13 +502,13 @@ def tickets_mail_and_status() -> Iterable[Row]:
         os.environ,
         DJANGO_SETTINGS_MODULE="portal.settings",
         DATABASE_URL=f"postgresql://portal@/{dbname}?host={host}",
-        CACHE_KEY_PREFIX="portal-bench-tickets",
+        CACHE_KEY_PREFIX=f"portal-bench-{name}",
         DEBUG="1",
         LOG_LEVEL="WARNING",
     )
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     done = subprocess.run(
-        [sys.executable, "-m", "tests.bench.tickets_bench"],
+        [sys.executable, "-m", module],
         cwd=ROOT,
         env=env,
         check=True,
@@ -517,6 +517,18 @@ def tickets_mail_and_status() -> Iterable[Row]:
         timeout=900,
     )
     yield from (tuple(row) for row in json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@benchmark("Tickets: mail ingest, mass reply, status page")
+def tickets_mail_and_status() -> Iterable[Row]:
+    """tests/bench/tickets_bench.py in a scratch database (real SMTP, real gunicorn)."""
+    yield from _scratch_run("tests.bench.tickets_bench", name="tickets")
+
+
+@benchmark("Notifications: an outage for 5,000 members (declare request, background send)")
+def notifications_outage() -> Iterable[Row]:
+    """tests/bench/notifications_bench.py in a scratch database (real worker, SMTP sink)."""
+    yield from _scratch_run("tests.bench.notifications_bench", name="notifications")
 
 
 def _sections(text: str) -> dict[str, list[str]]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from apps.firewall.models import FirewallHost
+from apps.notifications.choices import NoticeKind
+from apps.notifications.services import notice_create
 from tests.factories import (
     PASSWORD,
     UserFactory,
@@ -31,6 +33,15 @@ def data():
     forward_add(member, device, "27015-27020")
     opening_add(device, "22")
     FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    notice_create(
+        member=member,
+        kind=NoticeKind.INCIDENT,
+        params={
+            "title": "Uplink of house A-North and the whole east wing down since this morning",
+            "buildings": ["A-North", "A-East"],
+            "started_at": "2026-11-25T09:30:00+01:00",
+        },
+    )
     for username, role in (("vic", "volunteer"), ("sue", "support"), ("ada", "admin")):
         UserFactory(username=username, roles=[role])
     return member
@@ -38,7 +49,7 @@ def data():
 
 PAGES = {
     None: ["/accounts/login/", "/signup/", "/status/"],
-    "rita": ["/me/", "/tickets/"],
+    "rita": ["/me/", "/tickets/", "/me/notices/", "/me/notices/preferences/"],
     "vic": [
         "/office-hours/",
         "/office-hours/members/{member}/",

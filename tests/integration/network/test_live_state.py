@@ -1,36 +1,21 @@
 """Every forward and opening shows whether the firewalls enforce it: API field and the badge
 that polls while it is pending (only for the owner and staff)."""
 
-from datetime import timedelta
-
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.firewall.models import FirewallHost, PushLogEntry
-from apps.firewall.rollout import ruleset_version_store
-from tests.factories import READ_BACK, forward_add, member_active, opening_add
+from apps.firewall.models import FirewallHost
+from tests.factories import (
+    READ_BACK,
+    confirm_everywhere,
+    forward_add,
+    member_active,
+    opening_add,
+)
 
 pytestmark = pytest.mark.django_db
-
-
-def confirm_everywhere(after):
-    for host in FirewallHost.objects.all():
-        version = ruleset_version_store(
-            host=host,
-            nft_text=f"{host.name} {after}",
-            tc_text="",
-            content_hash="a" * 64,
-            counts={},
-            compile_seconds=0,
-            cause="t",
-            snapshot_at=after + timedelta(seconds=1),
-        )
-        host.mark_applied(version, digest=READ_BACK)
-        PushLogEntry.objects.create(
-            host=host, version=version, step="confirm", ok=True, at=after + timedelta(seconds=2)
-        )
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from apps.members.services import (
 )
 from apps.network.errors import MemberStateError
 from apps.network.models import NetworkSettings, PublicAddress, ShapingProfile, TestAccess
+from apps.notifications.services import notices_mail_flush
 from tests.factories import MemberFactory, device_add, member_on_test, pool_create
 from workers import network as tasks
 
@@ -118,7 +119,11 @@ def _run_task(django_capture_on_commit_callbacks, today):
         mock.patch("django.utils.timezone.localdate", return_value=today),
         django_capture_on_commit_callbacks(execute=True),
     ):
-        return tasks.expire_test_accesses()
+        result = tasks.expire_test_accesses()
+    # The notice's mail goes out with the next flush of apps.notifications (on that day).
+    noon = dt.datetime.combine(today, dt.time(12), tzinfo=timezone.get_current_timezone())
+    notices_mail_flush(now=noon)
+    return result
 
 
 def test_task_ends_expired_test_accesses_through_the_service(django_capture_on_commit_callbacks):
