@@ -18,7 +18,16 @@ import asyncssh
 from django.conf import settings
 
 VERBS = frozenset(
-    {"apply-bundle", "confirm", "rollback", "version", "health", "digest", "dhcp-leases"}
+    {
+        "apply-bundle",
+        "confirm",
+        "rollback",
+        "version",
+        "health",
+        "digest",
+        "dhcp-leases",
+        "ha-resync",
+    }
 )
 
 

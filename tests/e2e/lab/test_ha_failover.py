@@ -209,6 +209,18 @@ def test_split_brain_and_a_stopped_conntrackd_show_as_warnings(pair):
         )  # fmt: skip
     assert ha_status("nat2")["conntrackd"]["running"] is True
 
+    # Staff's "resync connection states": the backup's conntrackd asks its peer for everything
+    # again (conntrackd -n over the host's forced command), audited.
+    from apps.audit.models import AuditEntry
+    from apps.firewall.services import host_state_resync
+
+    log = Path(nat2.ha_run_dir) / "conntrackd.log"
+    before = log.read_text().count("resync requested")
+    state = host_state_resync(host=nat2, actor=None)
+    assert state["conntrackd"]["running"] is True
+    assert AuditEntry.objects.filter(action="firewall.state_resync").count() == 1
+    assert wait_for(lambda: log.read_text().count("resync requested") > before, 5)
+
 
 def test_the_backup_gets_a_bundle_first_and_its_refusal_never_reaches_the_primary(pair):
     call_command("firewall_push", now=True)
