@@ -586,12 +586,8 @@ def _forward_values(forward: PortForward) -> dict[str, Any]:
     }
 
 
-def forward_conflict_message(other: PortForward) -> str:
-    """Names the conflicting forward by its ports and device (both the member's own)."""
-    return _(
-        "These ports overlap the forward %(protocol)s %(ports)s → %(device)s port %(target)s; "
-        "choose other ports or change that forward."
-    ) % {
+def _forward_label(other: PortForward) -> str:
+    return _("%(protocol)s %(ports)s → %(device)s port %(target)s") % {
         "protocol": other.get_protocol_display(),
         "ports": other.public_ports,
         "device": other.device.name if other.device else "—",
@@ -599,8 +595,21 @@ def forward_conflict_message(other: PortForward) -> str:
     }
 
 
-def _overlapping_forward(forward: PortForward) -> PortForward | None:
-    return (
+def forward_conflict_message(others: list[PortForward]) -> str:
+    """Names every conflicting forward by its ports and device (all the member's own)."""
+    if len(others) == 1:
+        return _(
+            "These ports overlap the forward %(forward)s; choose other ports or change that "
+            "forward."
+        ) % {"forward": _forward_label(others[0])}
+    return _(
+        "These ports overlap %(count)d forwards: %(forwards)s; choose other ports or change "
+        "those forwards."
+    ) % {"count": len(others), "forwards": "; ".join(_forward_label(o) for o in others)}
+
+
+def _overlapping_forwards(forward: PortForward) -> list[PortForward]:
+    return list(
         PortForward.objects.filter(
             public_address_id=forward.public_address_id,
             protocol__in=_protocols_that_overlap(forward.protocol),
@@ -610,7 +619,6 @@ def _overlapping_forward(forward: PortForward) -> PortForward | None:
         .exclude(pk=forward.pk)
         .select_related("device")
         .order_by("public_first")
-        .first()
     )
 
 
@@ -625,12 +633,12 @@ def _save_forward(forward: PortForward, *, update_fields: list[str] | None = Non
     except IntegrityError as exc:
         if _constraint(exc) != "portforward_no_overlap":
             raise
-        other = _overlapping_forward(forward)
+        others = _overlapping_forwards(forward)
         if forward.pk is not None and update_fields is None:
             forward.pk = None
         raise PortForwardConflict(
-            forward_conflict_message(other)
-            if other is not None
+            forward_conflict_message(others)
+            if others
             else _("These ports overlap another forward at the same moment; please try again.")
         ) from None
 

@@ -245,6 +245,7 @@ def forwards_context(
         "forward_groups": by_device(forwards, devices),
         "forward_count": len(forwards),
         "forward_limit": limit,
+        "forward_left": max(0, limit - len(forwards)),
         "forward_form": form or PortForwardForm(devices=choices, initial={"protocol": "tcp"}),
         "forward_editing": editing,
         "forward_edit_form": edit_form,

@@ -218,6 +218,22 @@ def test_outbound_blocks_do_not_limit_forwards():
     assert member.port_forwards.filter(pk=forward.pk).exists()
 
 
+def test_a_range_over_several_forwards_names_every_one_of_them():
+    member = member_active()
+    nas = device_add(member, name="nas")
+    game = device_add(member, name="console")
+    for ports, device in (("440", nas), ("443", nas), ("450", game)):
+        forward_add(member, device, ports=ports)
+    before = state()
+    with pytest.raises(errors.PortForwardConflict) as info:
+        forward_add(member, nas, ports="430-460")
+    message = str(info.value)
+    assert "overlap 3 forwards" in message
+    for part in ("440 → nas", "443 → nas", "450 → console"):
+        assert part in message
+    assert state() == before
+
+
 def test_change_ports_conflict_names_the_other_forward_and_changes_nothing():
     member = member_active()
     device = device_add(member, name="nas")

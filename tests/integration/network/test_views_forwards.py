@@ -54,6 +54,23 @@ def test_dashboard_shows_forwards_per_device_with_live_state_and_empty_states():
     assert "all ports" in body
 
 
+def test_the_add_form_says_the_limit_and_the_blocked_ports_before_the_fields():
+    from apps.network.models import BlockedPort, NetworkSettings
+
+    NetworkSettings.objects.update_or_create(id=1, defaults={"port_forward_limit": 3})
+    BlockedPort.objects.get_or_create(direction="inbound", protocol="tcp", first=135, last=139)
+    member = member_active()
+    device = device_add(member, name="nas")
+    forward_add(member, device, ports="8080")
+    body = login(member.user).get(reverse("members:dashboard")).content.decode()
+    form = body.split('class="device-form add-forward"', 1)[1]
+    hint = form.index('data-testid="forward-rules"')
+    assert hint < form.index('name="device"')  # read before typing
+    rules = form[hint : form.index("</p>", hint)]
+    assert "You can add 2 more forwards (at most 3)." in rules
+    assert "135-139" in rules
+
+
 def test_add_forward_with_htmx_and_errors_next_to_the_field():
     member = member_active()
     device = device_add(member, name="nas")
