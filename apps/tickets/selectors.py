@@ -16,6 +16,8 @@ from apps.tickets.models import Attachment, InboundMail, Incident, Message, Tick
 
 User = get_user_model()
 
+OPEN_INCIDENTS_SHOWN = 5  # on a ticket's side panel; the incident list has all
+
 
 def ticket_search_q(text: str) -> Q:
     """Every word must appear in the subject, the sender or a message's text."""
@@ -172,6 +174,8 @@ def ticket_member_context(*, actor: Any, ticket: Ticket) -> dict[str, Any]:
             b.pk == building_id for b in incident.buildings.all()
         )
     incidents.sort(key=lambda i: not i.affects_member)  # the member's building first
+    more_incidents = max(0, len(incidents) - OPEN_INCIDENTS_SHOWN)
+    incidents = incidents[:OPEN_INCIDENTS_SHOWN]  # the panel stays short after an outage
     forwards = None
     if member is not None:
         from apps.firewall.live import live_attach
@@ -185,6 +189,7 @@ def ticket_member_context(*, actor: Any, ticket: Ticket) -> dict[str, Any]:
         "member": member,
         "devices": devices,
         "open_incidents": incidents,
+        "more_incidents": more_incidents,
         "port_forwards": forwards,
         "firewall_health": firewall_host_states(),
     }

@@ -36,6 +36,16 @@ def test_demo_logins_exist_with_their_roles(debug_on, rf):
     assert User.objects.filter(username__startswith="member").count() == 3
 
 
+def test_the_demo_has_canned_responses_support_can_pick(debug_on):
+    from apps.tickets.models import CannedResponse
+
+    call_command("seed_demo", members=1, seed=7)
+    titles = set(CannedResponse.objects.values_list("title", flat=True))
+    assert {"Restart the router", "Register the device", "Known outage"} <= titles
+    call_command("seed_demo", members=1, seed=7)
+    assert CannedResponse.objects.count() == len(titles)
+
+
 def test_running_again_changes_nothing(debug_on):
     call_command("seed_demo", members=5, seed=7)
     before = people()

@@ -201,3 +201,16 @@ def test_panel_shows_forwards_with_their_live_state_and_firewall_health(client, 
     health = panel[panel.index('id="context-firewall-health"') :]
     assert "pl-nat1" in health
     assert "Connection tracking table 95% full." in health
+
+
+def test_the_open_incidents_panel_stays_short_after_an_outage(client, support, member):
+    ticket = ticket_open(actor=member.user, subject="Down", body="Nothing works")
+    mine = incident_declare(actor=support, title="Our house", buildings=[member.room.building])
+    for n in range(7):
+        incident_declare(actor=support, title=f"Elsewhere {n}", affected=["mail"])
+    page = _page(client, support, ticket)
+    panel = page.split('data-testid="context-incidents"', 1)[1].split("</section>", 1)[0]
+    assert panel.count("<li>") == 5
+    assert mine.title in panel  # the member's own building first
+    assert "and 3 more open incidents" in panel
+    assert reverse("tickets:incident_list") in panel

@@ -195,6 +195,16 @@ def test_bulk_action_returns_only_to_a_local_page(people, alice_ticket, next_url
     assert response.url == (lands or reverse("tickets:inbox"))
 
 
+def test_without_canned_responses_the_reply_form_says_how_to_add_one(people, alice_ticket):
+    url = reverse("tickets:ticket_detail", args=[alice_ticket.pk])
+    page = login(people["sam"]).get(url).text
+    assert "No canned responses yet: an admin can add them" in page
+    admin = login(UserFactory(roles=["admin"])).get(url).text
+    assert reverse("admin:tickets_cannedresponse_add") in admin
+    CannedResponse.objects.create(title="Restart", body="Hello")
+    assert 'data-testid="no-canned"' not in login(people["sam"]).get(url).text
+
+
 def test_canned_response_fills_placeholders(people, alice_ticket):
     canned = CannedResponse.objects.create(
         title="Restart", body="Hello {first_name}, about {ticket_number}: restart. {unknown}"

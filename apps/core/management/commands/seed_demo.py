@@ -132,6 +132,7 @@ class Command(BaseCommand):
         layout = Layout.for_count(members)
         with transaction.atomic():
             created_demo = self._demo_users()
+            self._canned_responses()
             created_members = self._members(count=members, seed=seed)
             network = NetworkSeeder(layout=layout, seed=seed)
             network.prepare(members)
@@ -164,6 +165,32 @@ class Command(BaseCommand):
             f"{rules['test_accesses']} shaped test access(es) "
             f"in {time.monotonic() - started:.1f} s (password for demo logins: {DEMO_PASSWORD})"
         )
+
+    @staticmethod
+    def _canned_responses() -> None:
+        """A few answers support gives every week (idempotent: kept as edited)."""
+        from apps.tickets.models import CannedResponse
+
+        for title, body in (
+            (
+                "Restart the router",
+                "Hello {first_name},\n\nplease unplug your router for ten seconds and plug it "
+                "in again; most connection problems end there. If it still does not work, "
+                "answer this mail with the time it stopped.\n\nYour network team",
+            ),
+            (
+                "Register the device",
+                "Hello {first_name},\n\nthe device is not registered yet: open the portal on "
+                "it, log in and register it (its MAC address is filled in).\n\nYour network team",
+            ),
+            (
+                "Known outage",
+                "Hello {first_name},\n\nthank you for your message about {ticket_number}. We "
+                "know about the outage and are working on it; the status page says when it is "
+                "over.\n\nYour network team",
+            ),
+        ):
+            CannedResponse.objects.get_or_create(title=title, defaults={"body": body})
 
     def _demo_users(self) -> int:
         user_model = get_user_model()
