@@ -27,6 +27,7 @@ VERBS = frozenset(
         "digest",
         "dhcp-leases",
         "ha-resync",
+        "probe",  # deploy/probe/portal-probe on the probe host
     }
 )
 

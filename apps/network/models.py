@@ -183,6 +183,25 @@ class NetworkSettings(models.Model):
             "counted (staff see who on the firewall page). 0: no limit."
         ),
     )
+    probe_address = models.GenericIPAddressField(
+        _("probe host (management address)"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "A host outside the network that tests members' forwards (deploy/probe/portal-probe "
+            'as the forced command of the portal\'s key). Empty: no "Test" buttons.'
+        ),
+    )
+    probe_port = models.PositiveIntegerField(_("probe host SSH port"), default=22, db_default=22)
+    probe_user = models.CharField(
+        _("probe host SSH user"), max_length=32, default="root", db_default="root"
+    )
+    forward_tests_per_hour = models.PositiveSmallIntegerField(
+        _("forward tests per member and hour"),
+        default=10,
+        db_default=10,
+        validators=[MaxValueValidator(1000)],
+    )
     conntrack_quota_forwards = models.PositiveIntegerField(
         _("connections a member's forwards may receive"),
         default=4000,

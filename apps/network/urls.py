@@ -26,6 +26,8 @@ urlpatterns = [
     path(
         "port-forwards/<int:pk>/toggle/", views.ForwardToggleView.as_view(), name="forward_toggle"
     ),
+    path("port-forwards/<int:pk>/test/", views.ForwardProbeView.as_view(), name="forward_probe"),
+    path("ipv6-openings/<int:pk>/test/", views.OpeningProbeView.as_view(), name="opening_probe"),
     path(
         "port-forwards/<int:pk>/delete/", views.ForwardDeleteView.as_view(), name="forward_delete"
     ),

@@ -255,6 +255,7 @@ def forwards_context(
         "can_add_forward": usable and bool(devices) and len(forwards) < limit,
         "has_devices": bool(devices),
         "blocked_inbound": list(blocked_inbound()),
+        "probe_available": bool((net or NetworkSettings.load()).probe_address),
     }
 
 
@@ -280,6 +281,7 @@ def openings_context(
     with_ipv6 = [d for d in devices if d.ipv6]
     choices = member_devices(actor=request.user, member=member).exclude(ipv6__isnull=True)
     return {
+        "probe_available": bool((net or NetworkSettings.load()).probe_address),
         "member": member,
         "opening_groups": by_device(openings, devices),
         "opening_count": len(openings),
@@ -756,3 +758,41 @@ class LiveStateView(LoginRequiredMixin, View):
             "network/partials/live_state.html",
             {"obj": obj, "live": obj.live, "kind": kind},
         )
+
+
+def _probe_answer(request: HttpRequest, run: Any, target: str) -> HttpResponse:
+    """Run a probe and answer its result (or why it did not run) in place, always 200 so htmx
+    swaps it."""
+    from apps.network.probe import ProbeRefused
+
+    try:
+        results, error = run(), ""
+    except ProbeRefused as exc:
+        results, error = [], str(exc)
+    return render(
+        request,
+        "network/partials/probe_result.html",
+        {"results": results, "error": error, "target": target},
+    )
+
+
+class ForwardProbeView(LoginRequiredMixin, View):
+    """POST: test the forward from outside (apps/network/probe.py)."""
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        from apps.network.probe import forward_probe
+
+        forward = _forward_or_404(request, pk)
+        run = lambda: forward_probe(actor=request.user, forward=forward)  # noqa: E731
+        return _probe_answer(request, run, f"forward-{forward.pk}")
+
+
+class OpeningProbeView(LoginRequiredMixin, View):
+    """POST: test the IPv6 opening from outside (apps/network/probe.py)."""
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        from apps.network.probe import opening_probe
+
+        opening = _opening_or_404(request, pk)
+        run = lambda: opening_probe(actor=request.user, opening=opening)  # noqa: E731
+        return _probe_answer(request, run, f"opening-{opening.pk}")

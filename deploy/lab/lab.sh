@@ -51,10 +51,12 @@ FW_HELPER="$REPO_ROOT/deploy/firewall/portal-fw"
 PYTHON=/usr/bin/python3
 
 NAT_HOSTS=(pl-nat1 pl-nat2)
-NAMESPACES=(pl-nat1 pl-nat2 pl-dorm pl-inet)
+NAMESPACES=(pl-nat1 pl-nat2 pl-dorm pl-inet pl-probe)
 MGMT_BRIDGE=pl-mgmt
 MGMT_ROOT_ADDR=10.255.255.1/28  # /28: the machine's resolver 10.255.255.53 stays reachable
-declare -A MGMT_ADDR=([pl-nat1]=10.255.255.11 [pl-nat2]=10.255.255.12)
+declare -A MGMT_ADDR=([pl-nat1]=10.255.255.11 [pl-nat2]=10.255.255.12 [pl-probe]=10.255.255.13)
+PROBE=pl-probe # an Internet host the portal reaches by SSH: "test my forward" (deploy/probe)
+PROBE_HELPER="$REPO_ROOT/deploy/probe/portal-probe"
 declare -A HOST_NUM=([pl-nat1]=2 [pl-nat2]=3)
 
 # Addresses that follow the active firewall of each family (gateway and upstream next hop).
@@ -108,7 +110,7 @@ ensure_keys() {
 	fi
 	local host
 	: >"$LAB_VAR/known_hosts.tmp"
-	for host in "${NAT_HOSTS[@]}"; do
+	for host in "${NAT_HOSTS[@]}" "$PROBE"; do
 		mkdir -p "$LAB_VAR/$host/fw"
 		chmod 700 "$LAB_VAR/$host" "$LAB_VAR/$host/fw"
 		if [[ ! -f $LAB_VAR/$host/ssh_host_ed25519_key ]]; then
@@ -160,8 +162,13 @@ ClientAliveInterval 15
 ClientAliveCountMax 2
 LogLevel VERBOSE
 EOF
-	printf 'command="%s --state-dir %s --host-name %s --artefacts %s --ha-run-dir %s",from="%s",restrict %s\n' \
-		"$FW_HELPER" "$dir/fw" "$host" "$dir/artefacts.json" "$dir/ha" "${MGMT_ROOT_ADDR%/*}" \
+	local command
+	if [[ $host == "$PROBE" ]]; then # may probe the public pool and the members' IPv6 only
+		command="$PYTHON $PROBE_HELPER --allow 198.51.100.0/24 --allow 2001:db8:100::/48"
+	else
+		command="$FW_HELPER --state-dir $dir/fw --host-name $host --artefacts $dir/artefacts.json --ha-run-dir $dir/ha"
+	fi
+	printf 'command="%s",from="%s",restrict %s\n' "$command" "${MGMT_ROOT_ADDR%/*}" \
 		"$(cut -d' ' -f1-2 "$LAB_VAR/portal_ed25519.pub") portal@lab" >"$dir/authorized_keys"
 	chmod 600 "$dir/authorized_keys" "$dir/sshd_config"
 }
@@ -238,7 +245,7 @@ make_mgmt() {
 	ip addr replace "$MGMT_ROOT_ADDR" dev "$MGMT_BRIDGE"
 	ip link set "$MGMT_BRIDGE" up
 	local host port
-	for host in "${NAT_HOSTS[@]}"; do
+	for host in "${NAT_HOSTS[@]}" "$PROBE"; do
 		port="pl-m-$(short "$host")"
 		if ! ns_link_exists "$host" mgmt0; then
 			root_link_exists "$port" && ip link del "$port"
@@ -308,6 +315,21 @@ make_topology() {
 	# answers unregistered devices, whose registration addresses are not NATed. The firewall
 	# still lets nothing from here reach a device unasked (to_members).
 	ip -n pl-inet route replace 10.100.0.0/16 via 203.0.113.1 dev br0
+	make_probe_links
+}
+
+make_probe_links() { # pl-probe: an Internet host (203.0.113.20) that routes nothing itself
+	ns_sysctl "$PROBE" net.ipv4.ip_forward=0 net.ipv6.conf.all.forwarding=0
+	if ! ns_link_exists "$PROBE" inet0; then
+		ip -n pl-inet link del probe 2>/dev/null || true
+		ip -n "$PROBE" link add inet0 type veth peer name probe netns pl-inet
+	fi
+	ip -n pl-inet link set probe master br0 up
+	ip -n "$PROBE" link set inet0 up
+	ip -n "$PROBE" addr replace 203.0.113.20/24 dev inet0
+	ip -n "$PROBE" addr replace 2001:db8:ffff::20/64 dev inet0 nodad
+	ip -n "$PROBE" route replace 198.51.100.0/24 via 203.0.113.1 dev inet0
+	ip -n "$PROBE" -6 route replace 2001:db8:100::/48 via 2001:db8:ffff::1 dev inet0
 }
 
 # --------------------------------------------------------------------------------------- roles
@@ -821,6 +843,7 @@ write_lab_json() {
             "run_dir": "$LAB_VAR/pl-nat2/ha", "notify": "$HA_NOTIFY", "conntrackd_config": "$LAB_VAR/pl-nat2/ha/conntrackd.conf"}}
   ],
   "portal_proxy": "203.0.113.80",
+  "probe": {"address": "${MGMT_ADDR[$PROBE]}", "internet_address": "203.0.113.20"},
   "virtual_addresses": ["member 10.100.0.1/16", "uplink 203.0.113.1/24", "member 2001:db8:100::1/48",
                         "member fe80::1/64", "uplink 2001:db8:ffff::1/64"],
   "roles": {"ipv4": "$(read_role ipv4)", "ipv6": "$(read_role ipv6)"},
@@ -891,8 +914,10 @@ cmd_up() {
 		start_kea "$host"
 		start_ra "$host"
 	done
+	write_sshd_files "$PROBE"
+	start_sshd "$PROBE"
 	start_keepalived "${NAT_HOSTS[@]}"
-	for host in "${NAT_HOSTS[@]}"; do wait_sshd "$host"; done
+	for host in "${NAT_HOSTS[@]}" "$PROBE"; do wait_sshd "$host"; done
 	wait_roles pl-nat1 pl-nat2 10
 	write_lab_json
 	log "up in $((SECONDS - t0))s: pl-nat1 ${MGMT_ADDR[pl-nat1]}, pl-nat2 ${MGMT_ADDR[pl-nat2]} (ssh root, key $LAB_VAR/portal_ed25519, known_hosts $LAB_VAR/known_hosts); IPv4 on $(read_role ipv4), IPv6 on $(read_role ipv6)"
@@ -951,7 +976,11 @@ teardown() { # everything of the lab, whoever built it
 			ip netns del "$ns"
 		fi
 	done
-	for link in pl-m-nat1 pl-m-nat2 "$MGMT_BRIDGE"; do
+	pids=$(sshd_pid "$PROBE" || true)
+	# shellcheck disable=SC2086
+	kill_pids $pids
+	rm -f "$LAB_VAR/$PROBE/sshd.pid"
+	for link in pl-m-nat1 pl-m-nat2 pl-m-probe "$MGMT_BRIDGE"; do
 		if root_link_exists "$link"; then ip link del "$link"; fi
 	done
 	# Processes a vanished checkout left inside the namespaces die with them (above); its

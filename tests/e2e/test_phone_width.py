@@ -33,6 +33,10 @@ def data():
     forward_add(member, device, "27015-27020")
     opening_add(device, "22")
     FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    # The "Test" buttons of forwards and openings show when a probe host is configured.
+    from apps.network.models import NetworkSettings
+
+    NetworkSettings.objects.update_or_create(id=1, defaults={"probe_address": "10.255.255.13"})
     notice_create(
         member=member,
         kind=NoticeKind.INCIDENT,

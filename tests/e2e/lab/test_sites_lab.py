@@ -77,8 +77,9 @@ def test_a_bundle_refused_at_one_site_leaves_the_other_sites_rollout_untouched(
     assert "refused" in nat1.error_reason
     assert "nosuch0" in nat1.error_reason
     assert not in_snat_map("pl-nat1", device.ipv4)
+    # The site is marked when its run ends (after the host's error is recorded).
+    assert wait_until(lambda: Site.objects.get(pk=north.pk).status == SiteStatus.FAILED, 20)
     north.refresh_from_db()
-    assert north.status == SiteStatus.FAILED
     assert "pl-nat1" in north.status_reason
     assert wait_until(lambda: Site.objects.get(pk=south.pk).status == SiteStatus.IDLE, 10)
     assert FirewallHost.objects.get(name="pl-nat2").push_status == PushStatus.APPLIED

@@ -55,6 +55,7 @@ class Command(BaseCommand):
             raise CommandError(f"{path} is not a lab description: {exc}") from None
         with transaction.atomic():
             self._site_failover(lab)
+            self._probe(lab)
             for order, entry in enumerate(hosts):
                 name, address = str(entry["name"]), str(entry["address"])
                 try:
@@ -132,6 +133,17 @@ class Command(BaseCommand):
         except ValidationError as exc:
             raise CommandError(f"lab.json virtual_addresses: {exc.messages[0]}") from None
         Site.objects.filter(pk=Site.default_pk()).update(virtual_addresses=text)
+
+    @staticmethod
+    def _probe(lab: dict[str, Any]) -> None:
+        """The lab's probe host (pl-probe) tests the members' forwards from outside."""
+        probe = lab.get("probe")
+        if not isinstance(probe, dict):
+            return
+        from apps.network.models import NetworkSettings
+
+        address = str(ipaddress.ip_address(probe["address"]))
+        NetworkSettings.objects.update_or_create(id=1, defaults={"probe_address": address})
 
     def _devices_into_lab(self) -> None:
         """Give pl-dorm the addresses of the networked devices, so forwards can be tried."""
