@@ -91,9 +91,26 @@ def dhcp(hosts, worker):
 
 
 def settled(timeout: float = 30) -> None:
-    """Wait until neither lab host holds an unconfirmed apply (its rollback timer armed)."""
-    pending = [LAB_VAR / host / "fw" / "pending.json" for host in ("pl-nat1", "pl-nat2")]
-    wait_until(lambda: not any(p.exists() for p in pending), timeout, 0.1)
+    """Wait until neither lab host holds an unconfirmed apply (its rollback timer armed) and
+    the portal has recorded what each host confirmed (the worker writes that just after the
+    confirm: a drift check in between would compare with the version before)."""
+    import json
+
+    names = ("pl-nat1", "pl-nat2")
+
+    def recorded() -> bool:
+        if any((LAB_VAR / h / "fw" / "pending.json").exists() for h in names):
+            return False
+        for host in FirewallHost.objects.filter(name__in=names):
+            try:
+                state = json.loads((LAB_VAR / host.name / "fw" / "state.json").read_text())
+            except (OSError, ValueError):
+                continue  # nothing pushed to it yet
+            if state.get("version") != host.applied_checksum:
+                return False
+        return True
+
+    wait_until(recorded, timeout, 0.1)
 
 
 def registered(member_building, *, client_api: APIClient, name: str, mac: str) -> dict:

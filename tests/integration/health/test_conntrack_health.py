@@ -76,7 +76,7 @@ def test_the_quotas_are_admin_settings_that_reach_the_rule_set(client_for):
     form = admin.get(url)
     assert form.status_code == 200
     data = {
-        f.name: getattr(settings_row, f.name)
+        f.name: "" if getattr(settings_row, f.name) is None else getattr(settings_row, f.name)
         for f in NetworkSettings._meta.concrete_fields
         if f.name != "id"
     }
