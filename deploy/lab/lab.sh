@@ -363,9 +363,16 @@ start_ha() { # conntrackd first (keepalived's notify drives it), then keepalived
 		die "conntrackd of $host did not start (see $dir/conntrackd.log)"
 }
 
+keepalived_pid() { # HOST -> keepalived's pid when it runs
+	local pid
+	pid=$(cat "$(ha_dir "$1")/keepalived.pid" 2>/dev/null || true)
+	[[ $pid =~ ^[0-9]+$ ]] && pid_alive "$pid" && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == keepalived ]] && echo "$pid"
+}
+
 start_keepalived() { # both hosts right after each other: the first election needs no preemption
 	local host dir
 	for host in "$@"; do
+		keepalived_pid "$host" >/dev/null && continue
 		dir=$(ha_dir "$host")
 		ip netns exec "$host" "$HA_NOTIFY" reload-keepalived "$dir/keepalived.conf" "$dir" ||
 			die "keepalived of $host did not start"
@@ -908,8 +915,12 @@ cmd_up() {
 	for host in "${NAT_HOSTS[@]}"; do
 		write_sshd_files "$host"
 		write_kea_files "$host"
-		write_ha_files "$host"
-		start_ha "$host"
+		# An `up` over a running lab keeps what keepalived and conntrackd run (the portal may
+		# have pushed its own configs there): rewriting them would move the roles under a test.
+		if ! keepalived_pid "$host" >/dev/null; then
+			write_ha_files "$host"
+			start_ha "$host"
+		fi
 		start_sshd "$host"
 		start_kea "$host"
 		start_ra "$host"
