@@ -19,6 +19,7 @@ from apps.network.api import (
 )
 from apps.notifications.api import NoticeDetailAPI, NoticeListAPI, PreferenceAPI
 from apps.tickets.api import IncidentDetailAPI, IncidentListAPI, TicketDetailAPI, TicketListAPI
+from apps.traffic.api import MemberTrafficAPI, TopTalkersAPI
 
 urlpatterns = [
     path("me/", MeAPI.as_view(), name="api-me"),
@@ -43,6 +44,8 @@ urlpatterns = [
     path("notices/", NoticeListAPI.as_view(), name="api-notices"),
     path("notices/preferences/", PreferenceAPI.as_view(), name="api-notice-preferences"),
     path("notices/<int:pk>/", NoticeDetailAPI.as_view(), name="api-notice"),
+    path("members/<int:pk>/traffic/", MemberTrafficAPI.as_view(), name="api-member-traffic"),
+    path("traffic/top/", TopTalkersAPI.as_view(), name="api-traffic-top"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

@@ -108,6 +108,7 @@ INSTALLED_APPS = [
     "apps.tickets",
     "apps.abuse",
     "apps.notifications",
+    "apps.traffic",
 ]
 
 MIDDLEWARE = [
@@ -443,3 +444,19 @@ LOGGING = logging_config(
     json=os.environ.get("LOG_FORMAT", "console" if DEBUG else "json") == "json",
     level=os.environ.get("LOG_LEVEL", "INFO"),
 )
+
+# Traffic per member (apps/traffic, docs/traffic.md): read every N seconds into hourly buckets,
+# rolled up to days after PORTAL_TRAFFIC_HOURLY_DAYS, deleted after PORTAL_TRAFFIC_KEEP_DAYS.
+PORTAL_TRAFFIC_INTERVAL = env_int("PORTAL_TRAFFIC_INTERVAL", 300)
+PORTAL_TRAFFIC_HOURLY_DAYS = env_int("PORTAL_TRAFFIC_HOURLY_DAYS", 7)
+PORTAL_TRAFFIC_KEEP_DAYS = env_int("PORTAL_TRAFFIC_KEEP_DAYS", 90)
+CELERY_BEAT_SCHEDULE["traffic-collect"] = {
+    "task": "workers.traffic.traffic_collect",
+    "schedule": timedelta(seconds=PORTAL_TRAFFIC_INTERVAL),
+    "options": {"expires": PORTAL_TRAFFIC_INTERVAL},
+}
+CELERY_BEAT_SCHEDULE["traffic-rollup"] = {
+    "task": "workers.traffic.traffic_rollup",
+    "schedule": timedelta(hours=1),
+    "options": {"expires": 3600},
+}

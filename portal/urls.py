@@ -17,4 +17,5 @@ urlpatterns = [
     path("", include("apps.tickets.urls")),
     path("", include("apps.abuse.urls")),
     path("", include("apps.notifications.urls")),
+    path("", include("apps.traffic.urls")),
 ]

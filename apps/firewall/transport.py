@@ -27,6 +27,7 @@ VERBS = frozenset(
         "digest",
         "dhcp-leases",
         "ha-resync",
+        "traffic",
         "probe",  # deploy/probe/portal-probe on the probe host
     }
 )

@@ -30,6 +30,9 @@ set of verbs with validated arguments and refuses everything else (never a shell
                                               shaping device, declared files) and which parts
                                               differ from the last apply-bundle
     dhcp-leases                               the leases Kea holds (declared kea-dhcp4 artefact)
+    traffic                                   traffic per accounting key (the rule set's acct*
+                                              sets): totals since the epoch, surviving the
+                                              portal's own full replacements and rollbacks
     ha-resync                                 ask the peer's conntrackd for a full resync
     help                                      this list
 
@@ -341,6 +344,7 @@ class Host:
         self.staged_nft = state_dir / "staged.nft"
         self.tx_nft = state_dir / "transaction.nft"
         self.log_file = state_dir / "log.jsonl"
+        self.acct_file = state_dir / "acct.json"  # traffic counted by replaced tables
 
     # ---- files --------------------------------------------------------------------------
     def read_json(self, path: Path) -> dict | None:
@@ -455,10 +459,16 @@ class Host:
 
     def nft_file(self, tx: str, *, check_only: bool) -> subprocess.CompletedProcess:
         self.write_file(self.tx_nft, tx)
-        argv = (
-            ["nft", "-c", "-f", str(self.tx_nft)] if check_only else ["nft", "-f", str(self.tx_nft)]
-        )
-        return run(argv)
+        if check_only:
+            return run(["nft", "-c", "-f", str(self.tx_nft)])
+        replacing = tx.startswith("delete table ")
+        counted = read_acct_kernel(self) if replacing else None
+        result = run(["nft", "-f", str(self.tx_nft)])
+        if counted and result.returncode == 0:
+            # The replaced tables' element counters are gone (the new text and the stateless
+            # rollback dumps start at zero): keep what they had counted.
+            fold_acct(self, counted)
+        return result
 
     def restore(self, saved_file: Path) -> None:
         """Replace all portal tables by the saved ones, in one transaction."""
@@ -1838,6 +1848,94 @@ def read_quota_hits(host: Host, limit: int = 50) -> list[dict]:
     return hits[:limit]
 
 
+ACCT_SETS = ("acct4_in", "acct4_out", "acct6n_in", "acct6n_out", "acct6_in", "acct6_out")
+ACCT_PRUNE_AFTER = 3600  # keys gone from the rule set leave the carried totals after this
+
+
+def read_acct_kernel(host: Host) -> dict[str, dict[str, list[int]]]:
+    """{set: {key: [packets, bytes]}} of the accounting sets as the kernel counts them now
+    (every element, zero or not); sets the loaded rule set lacks are left out."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for name in ACCT_SETS:
+        result = run(["nft", "-j", "list", "set", "inet", f"{host.prefix}fw", name], timeout=120)
+        if result.returncode != 0:
+            continue
+        try:
+            items = json.loads(result.stdout).get("nftables", [])
+        except ValueError:
+            continue
+        counters: dict[str, list[int]] = {}
+        for item in items:
+            for elem in (item.get("set") or {}).get("elem", []):
+                e = elem.get("elem") if isinstance(elem, dict) else None
+                if isinstance(e, dict) and isinstance(e.get("val"), str):
+                    c = e.get("counter") or {}
+                    counters[e["val"]] = [int(c.get("packets") or 0), int(c.get("bytes") or 0)]
+        out[name] = counters
+    return out
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def read_acct_state(host: Host) -> dict:
+    """The carried totals: {"epoch", "boot", "folded_at", "base": {set: {key: [p, b]}}}. A new
+    epoch after a reboot (the kernel's counters restarted) or a lost file: the portal then
+    takes the totals as new."""
+    state = host.read_json(host.acct_file)
+    if not state or state.get("boot") != boot_id() or not isinstance(state.get("base"), dict):
+        state = {"epoch": secrets.token_hex(8), "boot": boot_id(), "folded_at": 0, "base": {}}
+        host.write_json(host.acct_file, state)
+    return state
+
+
+def fold_acct(host: Host, counted: dict[str, dict[str, list[int]]]) -> None:
+    state = read_acct_state(host)
+    base = state["base"]
+    for name, counters in counted.items():
+        carried = base.setdefault(name, {})
+        for key, (packets, octets) in counters.items():
+            if packets or octets:
+                before = carried.get(key, [0, 0])
+                carried[key] = [before[0] + packets, before[1] + octets]
+    state["folded_at"] = int(time.time())
+    host.write_json(host.acct_file, state)
+    host.log({"event": "traffic-carried", "keys": sum(len(c) for c in counted.values())})
+
+
+def verb_traffic(host: Host, opts, limit: int) -> dict:
+    """Totals per accounting key since the epoch (carried + kernel), non-zero ones only, as
+    [key, packets, bytes] rows per set."""
+    with host.locked():
+        state = read_acct_state(host)
+        kernel = read_acct_kernel(host)
+        base = state["base"]
+        sets: dict[str, list] = {}
+        for name in ACCT_SETS:
+            live = kernel.get(name, {})
+            carried = base.get(name, {})
+            rows = []
+            for key in sorted(live.keys() | carried.keys()):
+                p1, b1 = live.get(key, (0, 0))
+                p2, b2 = carried.get(key, (0, 0))
+                if p1 + p2 or b1 + b2:
+                    rows.append([key, p1 + p2, b1 + b2])
+            sets[name] = rows
+        if base and time.time() - state.get("folded_at", 0) > ACCT_PRUNE_AFTER:
+            pruned = False
+            for name, carried in base.items():
+                for key in [k for k in carried if k not in kernel.get(name, {})]:
+                    del carried[key]
+                    pruned = True
+            if pruned:
+                host.write_json(host.acct_file, state)
+    return {"epoch": state["epoch"], "at": now_iso(), "sets": sets}
+
+
 def read_int(path: str) -> int | None:
     try:
         return int(Path(path).read_text().strip())
@@ -2678,6 +2776,7 @@ VERBS: dict[str, Callable[[Host, argparse.Namespace, int], dict]] = {
     "digest": verb_digest,
     "dhcp-leases": verb_dhcp_leases,
     "ha-resync": verb_resync,
+    "traffic": verb_traffic,
     "help": verb_help,
 }
 

@@ -251,8 +251,8 @@ def _shared_prefixes(snapshot: Snapshot) -> set[int]:
 # The per-member elements of member_sets, indexed into the list of sets below.
 (
     FWD_TCP, FWD_UDP, FWD_BOTH, FWD_RANGES, SRC_NAT, NOPUB4, SRC6, SRC6_NET, OPEN_ALL,
-    OPEN_PORTS, OPEN_RANGES, SHAPE4, SHAPE6, SHAPE6_NET,
-) = range(14)  # fmt: skip
+    OPEN_PORTS, OPEN_RANGES, SHAPE4, SHAPE6, SHAPE6_NET, ACCT4,
+) = range(15)  # fmt: skip
 _Parts = tuple[tuple[int, tuple[str, ...]], ...]  # (set index, elements) for non-empty sets
 
 # Per host: member id -> (member, classid, shared flags of its /64s, its /64s, parts). A worker
@@ -273,7 +273,7 @@ def _own_prefixes(m: Member) -> tuple[int, ...]:
 
 def _member_elements(m: Member, classid: str, shared: set[int]) -> _Parts:
     """One member's elements of every per-member set (see `member_sets`)."""
-    out: list[list[str]] = [[] for _ in range(14)]
+    out: list[list[str]] = [[] for _ in range(15)]
     tcp, udp = Protocol.TCP, Protocol.UDP
     ntoa, ntop, af6, l4 = _ntoa, _ntop, _AF6, _L4
     pub = m.public_ipv4
@@ -287,6 +287,7 @@ def _member_elements(m: Member, classid: str, shared: set[int]) -> _Parts:
             s4 = dev4[d.id] = ntoa(a4._ip.to_bytes(4, "big"))  # type: ignore[attr-defined]
             if pub is not None:
                 out[SRC_NAT].append(f"{s4} : {pub_s}")
+                out[ACCT4].append(s4)
             else:
                 out[NOPUB4].append(s4)
             if classid:
@@ -364,7 +365,7 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
     queues = host.tx_queues
     cache = _ELEMENT_CACHE.get(host.name, {})
     fresh: dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]] = {}
-    out: list[list[str]] = [[] for _ in range(14)]
+    out: list[list[str]] = [[] for _ in range(15)]
     extend = [lst.extend for lst in out]
     for m in snapshot.members:
         mid = m.id
@@ -394,6 +395,7 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
     v4_proto_port = "ipv4_addr . inet_proto . inet_service"
     v6_port = "ipv6_addr . inet_proto . inet_service"
     return [
+        *accounting_sets(out[ACCT4], out[SRC6_NET], out[SRC6]),
         _hash_set("fwd_both", v4_port, v4_port, out[FWD_BOTH]),
         SetDef("fwd_ranges", v4_proto_port, "ipv4_addr", ("interval",), tuple(out[FWD_RANGES])),
         _hash_set("fwd_tcp", v4_port, v4_port, out[FWD_TCP]),
@@ -409,6 +411,23 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
         _hash_set("src6_net", "ipv6_addr", None, out[SRC6_NET]),
         _hash_set("src_nat", "ipv4_addr", "ipv4_addr", out[SRC_NAT]),
     ]
+
+
+def accounting_sets(dev4: list[str], net6: list[str], addr6: list[str]) -> list[SetDef]:
+    """Traffic per member: sets whose elements carry counters, bumped by every packet that
+    crosses the uplink (chain `account`). IPv4 per device with a public address (the others
+    cannot reach the uplink), IPv6 per member /64 (per address in a shared /64): the same keys
+    as anti-spoofing. One set per direction, since an element has one counter."""
+    out = []
+    for name, elements in (("acct4", dev4), ("acct6n", net6), ("acct6", addr6)):
+        for direction in ("in", "out"):
+            out.append(
+                SetDef(
+                    f"{name}_{direction}", "ipv6_addr" if "6" in name else "ipv4_addr", None,
+                    (), tuple(elements), capacity(len(elements)), ("counter",),
+                )
+            )  # fmt: skip
+    return out
 
 
 def _spell6(addresses: tuple[ipaddress.IPv6Address, ...]) -> list[str]:
@@ -619,6 +638,23 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
             (Chain("quota_out", quota_out4, "filter", "postrouting", "srcnat + 1", "accept"),)
             if quota_out4
             else ()
+        ),
+        Chain(
+            "account",
+            (
+                # What crosses the uplink, counted in the accounting sets' elements (a lookup
+                # bumps the matching element's counter); before srcnat: device addresses.
+                f"iifname {mem} oifname {up} ip saddr @acct4_out",
+                f"iifname {up} oifname {mem} ip daddr @acct4_in",
+                f"iifname {mem} oifname {up} ip6 saddr & {NET64_MASK} @acct6n_out",
+                f"iifname {mem} oifname {up} ip6 saddr @acct6_out",
+                f"iifname {up} oifname {mem} ip6 daddr & {NET64_MASK} @acct6n_in",
+                f"iifname {up} oifname {mem} ip6 daddr @acct6_in",
+            ),
+            "filter",
+            "postrouting",
+            "mangle + 1",
+            "accept",
         ),
         Chain("to_members", tuple(to_members)),
         Chain(

@@ -125,3 +125,18 @@ def worker(hosts, sync_on, tmp_path):
         yield proc
     finally:
         celery_stop(proc)
+
+
+@pytest.fixture
+def device_in_lab(hosts):
+    """A checked-in member with one device whose addresses are on pl-dorm."""
+    from tests.factories import device_add, member_active
+
+    member = member_active()
+    device = device_add(member, "laptop")
+    added = lab_sh("device-add", device.ipv4, device.ipv6)
+    assert added.returncode == 0, added.stderr
+    try:
+        yield member, device
+    finally:
+        lab_sh("device-del", device.ipv4, device.ipv6)

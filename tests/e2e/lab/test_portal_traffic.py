@@ -57,18 +57,6 @@ def seen_source(device_ip: str, port: int) -> str:
             server.wait(timeout=5)
 
 
-@pytest.fixture
-def device_in_lab(hosts):
-    member = member_active()
-    device = device_add(member, "laptop")
-    added = lab_sh("device-add", device.ipv4, device.ipv6)
-    assert added.returncode == 0, added.stderr
-    try:
-        yield member, device
-    finally:
-        lab_sh("device-del", device.ipv4, device.ipv6)
-
-
 def test_device_leaves_from_its_members_public_address_also_after_failover(device_in_lab):
     member, device = device_in_lab
     public = member.public_ipv4.address

@@ -1,0 +1,69 @@
+"""Traffic per member: the hosts' counter totals as last read, and the buckets they feed.
+
+Each firewall host counts what crosses its uplink per accounting key (a device IPv4, a member's
+IPv6 /64, an address in a shared /64; the rule set's acct* sets) and reports totals since an
+epoch. `TrafficCounter` keeps the last total per host and key, so a collection stores only the
+difference (read twice, counted once); each packet crosses one host of a pair, so the hosts'
+differences add up without double counting, also across a failover.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class TrafficCounter(models.Model):
+    host = models.ForeignKey(
+        "firewall.FirewallHost", on_delete=models.CASCADE, related_name="traffic_counters"
+    )
+    set_name = models.CharField(max_length=16)  # acct4_in, acct6n_out, ...
+    key = models.CharField(max_length=48)  # an address or a /64's network address
+    epoch = models.CharField(max_length=32)
+    packets = models.BigIntegerField()
+    octets = models.BigIntegerField()
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["host", "set_name", "key"], name="traffic_counter_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.set_name} {self.key}: {self.octets} B"
+
+
+class Span(models.TextChoices):
+    HOUR = "h", _("hour")
+    DAY = "d", _("day")
+
+
+class TrafficBucket(models.Model):
+    """Bytes and packets of one member (one device where the rule set tells devices apart,
+    device_id 0 otherwise) at one site in one hour, or one day once rolled up."""
+
+    member = models.ForeignKey(
+        "members.Member", on_delete=models.CASCADE, related_name="traffic_buckets"
+    )
+    device_id = models.IntegerField(default=0)  # not a key: the history outlives the device
+    site = models.ForeignKey("firewall.Site", on_delete=models.CASCADE, related_name="+")
+    start = models.DateTimeField()
+    span = models.CharField(max_length=1, choices=Span.choices, default=Span.HOUR)
+    bytes_in = models.BigIntegerField(default=0)  # downloaded (towards the member)
+    bytes_out = models.BigIntegerField(default=0)  # uploaded
+    packets_in = models.BigIntegerField(default=0)
+    packets_out = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["member", "device_id", "site", "start", "span"], name="traffic_bucket_key"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["span", "start"], name="traffic_bucket_time"),
+            models.Index(fields=["member", "start"], name="traffic_bucket_member"),
+        ]
+
+    def __str__(self) -> str:
+        return f"member #{self.member_id} {self.start:%Y-%m-%d %H:%M} ({self.span})"
