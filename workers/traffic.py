@@ -20,6 +20,9 @@ def traffic_collect() -> None:
 @shared_task(ignore_result=True, soft_time_limit=600)
 def traffic_rollup() -> None:
     from apps.traffic.services import traffic_rollup as rollup
+    from apps.traffic.services import traffic_summaries_notify
 
     outcome = rollup()
-    log.info("traffic.rolled_up", hours=outcome.rolled_up, deleted=outcome.deleted)
+    told = traffic_summaries_notify()
+    log.info("traffic.rolled_up", hours=outcome.rolled_up, deleted=outcome.deleted,
+             monthly_summaries=told)  # fmt: skip

@@ -10,7 +10,8 @@ from django.utils.translation import gettext as _
 
 from apps.tickets.charts import svg_chart
 
-UNITS = ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB"), (1, "B"))
+# Powers of 1024 with the names filesizeformat gives them, so the chart and the totals agree.
+UNITS = ((1 << 40, "TB"), (1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB"), (1, "B"))
 
 
 def unit_for(largest: int) -> tuple[int, str]:
@@ -24,7 +25,8 @@ def traffic_chart(series: list[Any]) -> tuple[SafeString, str]:
     """(svg, unit) of downloaded + uploaded per day."""
     totals = [d.bytes_in + d.bytes_out for d in series]
     factor, unit = unit_for(max(totals or [0]))
-    labels = [formats.date_format(d.day, "SHORT_DATE_FORMAT") for d in series]
+    # Translators: a day on the chart's axis (Django date format), e.g. "19 Nov" / "19. Nov."
+    labels = [formats.date_format(d.day, _("j M")) for d in series]
     title = _("Traffic per day (%(unit)s, down and up)") % {"unit": unit}
     values: list[float | None] = [t / factor for t in totals]
     return svg_chart(title=title, labels=labels, values=values, unit=f" {unit}"), unit

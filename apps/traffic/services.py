@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from apps.firewall.models import FirewallHost
@@ -140,6 +141,31 @@ ON CONFLICT (member_id, device_id, site_id, start, span) DO UPDATE SET
 """
 
 
+COUNTERS = """
+INSERT INTO traffic_trafficcounter (host_id, set_name, key, epoch, packets, octets, seen_at)
+SELECT %s, s, k, %s, p, o, %s FROM unnest(%s::varchar[], %s::varchar[], %s::bigint[], %s::bigint[])
+    AS r(s, k, p, o)
+ON CONFLICT (host_id, set_name, key) DO UPDATE SET
+    epoch = EXCLUDED.epoch, packets = EXCLUDED.packets, octets = EXCLUDED.octets,
+    seen_at = EXCLUDED.seen_at
+"""
+
+
+def _save_counters(host: FirewallHost, epoch: str, rows: list[Row], now: dt.datetime) -> None:
+    """The host's new totals (one statement: no model instance per key)."""
+    if not rows:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            COUNTERS,
+            [
+                host.pk, epoch, now,
+                [r.set_name for r in rows], [r.key for r in rows],
+                [r.packets for r in rows], [r.octets for r in rows],
+            ],
+        )  # fmt: skip
+
+
 def _add_buckets(buckets: dict[tuple[int, int, int, dt.datetime, str], list[int]]) -> None:
     if not buckets:
         return
@@ -172,7 +198,7 @@ def traffic_store(
         buckets: dict[tuple[int, int, int, dt.datetime, str], list[int]] = defaultdict(
             lambda: [0, 0, 0, 0]
         )
-        changed: list[TrafficCounter] = []
+        changed: list[Row] = []
         total = unattributed = 0
         for row in rows:
             before = last.get((row.set_name, row.key))
@@ -182,12 +208,7 @@ def traffic_store(
                 d_packets, d_octets = row.packets, row.octets
             if before is not None and before == (epoch, row.packets, row.octets):
                 continue
-            changed.append(
-                TrafficCounter(
-                    host=host, set_name=row.set_name, key=row.key, epoch=epoch,
-                    packets=row.packets, octets=row.octets, seen_at=now,
-                )
-            )  # fmt: skip
+            changed.append(row)
             if not d_octets and not d_packets:
                 continue
             direction, kind = ACCT_SETS[row.set_name]
@@ -208,14 +229,7 @@ def traffic_store(
             else:
                 cell[1] += d_octets
                 cell[3] += d_packets
-        if changed:
-            TrafficCounter.objects.bulk_create(
-                changed,
-                batch_size=5000,
-                update_conflicts=True,
-                unique_fields=["host", "set_name", "key"],
-                update_fields=["epoch", "packets", "octets", "seen_at"],
-            )
+        _save_counters(host, epoch, changed, now)
         _add_buckets(buckets)
     return TrafficOutcome(
         host.name, True, keys=len(rows), changed=len(changed), octets=total,
@@ -296,3 +310,41 @@ def traffic_rollup(*, now: dt.datetime | None = None) -> RollupOutcome:
         deleted, _ = TrafficBucket.objects.filter(start__lt=keep).delete()
         TrafficCounter.objects.filter(seen_at__lt=keep).delete()
     return RollupOutcome(rolled, deleted)
+
+
+def traffic_summaries_notify(*, now: dt.datetime | None = None) -> int:
+    """In the first two days of a month: every member with traffic in the month before gets
+    a notice with its totals (mailed only to those who turned the monthly summary on). Once per
+    member and month (the notice's source); returns how many notices were asked for."""
+    from apps.notifications.choices import NoticeKind
+    from apps.notifications.models import Notice
+    from apps.notifications.services import _mail_soon
+
+    now = now or timezone.now()
+    zone = timezone.get_current_timezone()
+    local = now.astimezone(zone)
+    if local.day > 2:
+        return 0
+    month_start = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    previous = (month_start - dt.timedelta(days=1)).replace(day=1)
+    label = f"{previous:%Y-%m}"
+    rows = (
+        TrafficBucket.objects.filter(start__gte=previous, start__lt=month_start)
+        .values("member_id")
+        .annotate(bytes_in=Sum("bytes_in"), bytes_out=Sum("bytes_out"))
+    )
+    notices = [
+        Notice(
+            member_id=row["member_id"],
+            kind=NoticeKind.TRAFFIC,
+            source=f"traffic:{label}",
+            params={"month": label, "bytes_in": row["bytes_in"], "bytes_out": row["bytes_out"]},
+            created_at=now,
+        )
+        for row in rows
+        if row["bytes_in"] or row["bytes_out"]
+    ]
+    Notice.objects.bulk_create(notices, batch_size=2000, ignore_conflicts=True)
+    if notices:
+        _mail_soon()
+    return len(notices)

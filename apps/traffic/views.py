@@ -69,6 +69,14 @@ class TopForm(forms.Form):
     )
 
 
+def _query(request: HttpRequest, moment: dt.datetime) -> str:
+    """The page's query string for another hour, keeping site and building."""
+    query = request.GET.copy()
+    local = timezone.localtime(moment)
+    query["day"], query["hour"] = local.date().isoformat(), str(local.hour)
+    return query.urlencode()
+
+
 class TopTalkersView(StaffRequiredMixin, View):
     """Who filled the uplink: the members with the most traffic in one hour (local time)."""
 
@@ -93,6 +101,11 @@ class TopTalkersView(StaffRequiredMixin, View):
         moment = dt.datetime.combine(day, dt.time(hour), tzinfo=zone)
         result = top_talkers(hour=moment, site=site, building=building) if status == 200 else None
         context = {"form": form, "result": result, "moment": moment, "zone": zone_label()}
+        if result is not None:
+            context["steps"] = [
+                (label, _query(request, moment + dt.timedelta(hours=delta)))
+                for label, delta in ((_("previous hour"), -1), (_("next hour"), 1))
+            ]
         template = self.template
         if request.htmx and not request.htmx.boosted:
             template += "#top-result"

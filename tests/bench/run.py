@@ -519,6 +519,58 @@ def _scratch_run(module: str, *, name: str) -> Iterable[Row]:
     yield from (tuple(row) for row in json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+@benchmark("Traffic per member: one collection on the host and in the portal (20,000 / 100,000)")
+def traffic_collection() -> Iterable[Row]:
+    """tests.bench.traffic_bench on the seed_demo databases of each size."""
+    import json
+
+    for members in (20000, 100000):
+        env = {**_seed_env(_seeded_database_url(members)), "BENCH_MEMBERS": str(members)}
+        out = subprocess.run(
+            [sys.executable, "-m", "tests.bench.traffic_bench"],
+            cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=1800,
+        )  # fmt: skip
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        p = r["portal"]
+        tag = f"{members:,} members"
+        if "host" in r:
+            h = r["host"]
+            ratio = h["load_accounting"] / h["load_plain"] if h["load_plain"] else 0
+            yield (
+                f"{tag} (synthetic rule set, {h['keys']:,} accounting keys): full load without "
+                "/ with the accounting sets",
+                f"{h['load_plain']:.2f} / {h['load_accounting']:.2f} ({ratio:.2f}x)",
+                "s",
+                "",
+            )
+            yield (
+                f"{tag}: host, the helper's traffic verb (netlink read + totals), answer size",
+                f"{h['verb_seconds']:.2f} ({h['answer_bytes'] / 1e6:.1f} MB, {h['rows']:,} rows)",
+                "s",
+                "",
+            )
+            yield (
+                f"{tag}: host, full replacement bare / carrying the counters (read + fold)",
+                f"{h['replace_bare']:.2f} / {h['replace_carrying']:.2f}",
+                "s",
+                "",
+            )
+        yield (
+            f"{tag} (seed_demo: {p['rows']:,} keys): portal, first reading (every key new)",
+            f"{p['first_seconds']:.2f}",
+            "s",
+            "",
+        )
+        yield (
+            f"{tag}: portal, next reading (every key changed; {p['buckets']:,} bucket rows, "
+            f"{p['counters']:,} counter rows)",
+            f"{p['second_seconds']:.2f}",
+            "s",
+            "< interval (300 s)",
+        )
+        yield (f"{tag}: portal, the same totals again", f"{p['unchanged_seconds']:.2f}", "s", "")
+
+
 @benchmark("Tickets: mail ingest, mass reply, status page")
 def tickets_mail_and_status() -> Iterable[Row]:
     """tests/bench/tickets_bench.py in a scratch database (real SMTP, real gunicorn)."""

@@ -8,6 +8,7 @@ import pytest
 from apps.firewall.models import FirewallHost
 from apps.notifications.choices import NoticeKind
 from apps.notifications.services import notice_create
+from apps.traffic.services import Row, traffic_store
 from tests.factories import (
     PASSWORD,
     UserFactory,
@@ -32,7 +33,8 @@ def data():
         device = device_add(member, name)
     forward_add(member, device, "27015-27020")
     opening_add(device, "22")
-    FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    host = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    traffic_store(host=host, epoch="e", rows=[Row("acct4_in", str(device.ipv4), 9, 7_654_321)])
     # The "Test" buttons of forwards and openings show when a probe host is configured.
     from apps.network.models import NetworkSettings
 
@@ -59,6 +61,7 @@ PAGES = {
         "/office-hours/members/{member}/",
         "/firewalls/",
         "/firewalls/pl-nat1/",
+        "/traffic/top/",
     ],
     "sue": ["/support/tickets/", "/support/incidents/"],
     "ada": ["/system/"],

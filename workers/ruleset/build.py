@@ -17,6 +17,8 @@ number of members:
     srcnat:    snat via map src_nat: device IPv4 -> member's public IPv4
     shaping:   meta priority set ip daddr/saddr map @shape4, ip6 ... & ffff:ffff:ffff:ffff::
                map @shape6_net (a member's own /64) or map @shape6 (addresses in a shared /64)
+    account:   what crosses the uplink bumps the counter of its element in acct4_in/out (device
+               IPv4), acct6n_in/out (member /64, masked) or acct6_in/out (shared /64's address)
 
 Anti-spoofing and SNAT are separate concerns: every device IPv4 is in exactly one of src_nat
 (member has a public IPv4) and nopub4 (member has none), and the anti-spoofing rule accepts a

@@ -227,3 +227,31 @@ def test_rollup_to_local_days_and_retention(pair, settings):
     with timezone.override("Europe/Berlin"):
         assert traffic_rollup(now=NOW).rolled_up == 0
     assert TrafficBucket.objects.get(member=ann, span=Span.DAY).bytes_in == 600
+
+
+def test_monthly_summary_notice_once_in_the_first_days_of_a_month(pair):
+    from apps.notifications.choices import NoticeKind
+    from apps.notifications.models import Notice
+    from apps.traffic.services import traffic_summaries_notify
+
+    _, nat1, _ = pair
+    ann, quiet = member_active(), member_active()
+    key = str(device_add(ann).ipv4)
+    device_add(quiet)
+    october = dt.datetime(2026, 10, 15, 12, tzinfo=dt.UTC)
+    traffic_store(host=nat1, epoch="e", rows=[Row("acct4_in", key, 9, 5_000_000)], now=october)
+    traffic_store(
+        host=nat1, epoch="e",
+        rows=[Row("acct4_in", key, 9, 5_000_000), Row("acct4_out", key, 1, 700_000)],
+        now=october + dt.timedelta(days=10),
+    )  # fmt: skip
+    traffic_store(host=nat1, epoch="e", rows=[Row("acct4_in", key, 10, 5_100_000)], now=NOW)
+    with timezone.override("Europe/Berlin"):
+        assert traffic_summaries_notify(now=NOW) == 0  # the 20th: not now
+        first = dt.datetime(2026, 11, 1, 7, tzinfo=dt.UTC)
+        assert traffic_summaries_notify(now=first) == 1
+        traffic_summaries_notify(now=first + dt.timedelta(hours=1))  # told once
+    notice = Notice.objects.get(kind=NoticeKind.TRAFFIC)
+    assert notice.member == ann
+    assert notice.params == {"month": "2026-10", "bytes_in": 5_000_000, "bytes_out": 700_000}
+    assert notice.source == "traffic:2026-10"

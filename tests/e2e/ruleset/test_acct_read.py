@@ -1,0 +1,107 @@
+"""The helper reads the accounting sets' counters by netlink (its fast path slices every
+element at the first one's offsets) and by `nft -j`: both give every key with its own values,
+IPv4 and IPv6, also when the elements do not share one layout."""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import random
+import sys
+from pathlib import Path
+
+from tests.e2e.ruleset import topology as t
+
+HELPER = Path(__file__).resolve().parents[3] / "deploy" / "firewall" / "portal_fw.py"
+
+
+def helper_module():
+    spec = importlib.util.spec_from_file_location("portal_fw_acct", HELPER)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["portal_fw_acct"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def in_ns(ns: str):
+    """Enter the namespace for this process's netlink socket (restored by the caller)."""
+    import ctypes
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    here = os.open("/proc/self/ns/net", os.O_RDONLY)
+    there = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+    if libc.setns(there, 0) != 0:
+        raise OSError(ctypes.get_errno(), "setns")
+    os.close(there)
+    return libc, here
+
+
+def test_netlink_and_json_readers_agree_on_every_key(scratch_ns: str, tmp_path: Path) -> None:
+    rng = random.Random(7)  # noqa: S311 - test data
+    v4 = {
+        f"10.100.{i // 250}.{i % 250 + 1}": (rng.randrange(10**9), rng.randrange(10**12))
+        for i in range(3000)
+    }
+    v6 = {
+        str(ipaddress.IPv6Address(f"2001:db8:100:{i:x}::")): (
+            rng.randrange(10**6),
+            rng.randrange(2**63),
+        )
+        for i in range(2000)
+    }
+
+    def elements(values: dict) -> str:
+        return ",\n".join(f"{k} counter packets {p} bytes {b}" for k, (p, b) in values.items())
+
+    text = (
+        "table inet portal_fw {\n"
+        f"\tset acct4_in {{ type ipv4_addr; size 4096; counter; elements = {{ {elements(v4)} }} }}\n"
+        f"\tset acct6n_out {{ type ipv6_addr; size 4096; counter; elements = {{ {elements(v6)} }} }}\n"
+        "\tset acct4_out { type ipv4_addr; size 1024; counter; }\n"
+        "}\n"
+    )
+    path = tmp_path / "acct.nft"
+    path.write_text(text)
+    t.run("ip", "netns", "exec", scratch_ns, "nft", "-f", str(path))
+    fw = helper_module()
+    host = fw.Host(tmp_path / "state", "t", "portal_", "inet portal_meta", "inet portal_fw version")
+    (tmp_path / "state").mkdir()
+    import os
+
+    libc, here = in_ns(scratch_ns)
+    try:
+        by_netlink = fw.read_acct_netlink(host)
+        by_json = fw.read_acct_json(host)
+    finally:
+        libc.setns(here, 0)
+        os.close(here)
+    expected = {
+        "acct4_in": {k: [p, b] for k, (p, b) in v4.items()},
+        "acct6n_out": {k: [p, b] for k, (p, b) in v6.items()},
+        "acct4_out": {},
+    }
+    assert by_netlink == expected
+    assert by_json == expected
+
+
+def test_the_walk_reads_elements_of_mixed_layout() -> None:
+    fw = helper_module()
+
+    def element(key: bytes, packets: int, octets: int, extra: bytes = b"") -> bytes:
+        nla = fw.nla
+        counter = nla(fw.NFTA_LIST_ELEM, nla(fw.NFTA_EXPR_NAME, b"counter\0") + nla(
+            fw.NFTA_EXPR_DATA,
+            nla(fw.NFTA_COUNTER_BYTES, octets.to_bytes(8, "big"))
+            + nla(fw.NFTA_COUNTER_PACKETS, packets.to_bytes(8, "big")),
+        ))  # fmt: skip
+        body = nla(fw.NFTA_SET_ELEM_KEY, nla(fw.NFTA_DATA_VALUE, key)) + extra
+        return nla(fw.NFTA_LIST_ELEM, body + nla(fw.NFTA_SET_ELEM_EXPRESSIONS, counter))
+
+    same = element(bytes([10, 0, 0, 1]), 5, 500) + element(bytes([10, 0, 0, 2]), 6, 600)
+    assert fw.acct_elements(same) == {"10.0.0.1": [5, 500], "10.0.0.2": [6, 600]}
+    # The second element carries a flags attribute: another layout, walked one by one.
+    mixed = element(bytes([10, 0, 0, 1]), 5, 500) + element(
+        bytes([10, 0, 0, 3]), 7, 700, extra=fw.nla(3, (0).to_bytes(4, "big"))
+    )
+    assert fw.acct_elements(mixed) == {"10.0.0.1": [5, 500], "10.0.0.3": [7, 700]}
