@@ -218,6 +218,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         dns_servers=tuple(ipv4_list(dhcp_settings.dns_servers)),
         conntrack_quota_out=network_settings.conntrack_quota_devices,
         conntrack_quota_in=network_settings.conntrack_quota_forwards,
+        syn_proxy=network_settings.syn_proxy,
     )
     return SnapshotData(
         policy,

@@ -222,6 +222,7 @@ class NetworkSettingsAdmin(PolicyAdmin):
         "test_access_notice_days",
         "conntrack_quota_devices",
         "conntrack_quota_forwards",
+        "syn_proxy",
     ]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

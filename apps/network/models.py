@@ -213,6 +213,18 @@ class NetworkSettings(models.Model):
         ),
     )
 
+    syn_proxy = models.BooleanField(
+        _("SYN proxy for port forwards"),
+        default=False,
+        db_default=False,
+        help_text=_(
+            "The firewall answers a TCP connection to a port forward itself and connects to "
+            "the device only once the client completed the handshake: a flood of spoofed "
+            "connection attempts never reaches the device and fills no table. Costs: where the "
+            "device speaks first (SSH, SMTP, FTP), its first data arrives about a second late."
+        ),
+    )
+
     class Meta:
         verbose_name = _("network settings")
         verbose_name_plural = _("network settings")

@@ -253,8 +253,8 @@ def _shared_prefixes(snapshot: Snapshot) -> set[int]:
 # The per-member elements of member_sets, indexed into the list of sets below.
 (
     FWD_TCP, FWD_UDP, FWD_BOTH, FWD_RANGES, SRC_NAT, NOPUB4, SRC6, SRC6_NET, OPEN_ALL,
-    OPEN_PORTS, OPEN_RANGES, SHAPE4, SHAPE6, SHAPE6_NET, ACCT4,
-) = range(15)  # fmt: skip
+    OPEN_PORTS, OPEN_RANGES, SHAPE4, SHAPE6, SHAPE6_NET, ACCT4, SYN4,
+) = range(16)  # fmt: skip
 _Parts = tuple[tuple[int, tuple[str, ...]], ...]  # (set index, elements) for non-empty sets
 
 # Per host: member id -> (member, classid, shared flags of its /64s, its /64s, parts). A worker
@@ -275,7 +275,7 @@ def _own_prefixes(m: Member) -> tuple[int, ...]:
 
 def _member_elements(m: Member, classid: str, shared: set[int]) -> _Parts:
     """One member's elements of every per-member set (see `member_sets`)."""
-    out: list[list[str]] = [[] for _ in range(15)]
+    out: list[list[str]] = [[] for _ in range(16)]
     tcp, udp = Protocol.TCP, Protocol.UDP
     ntoa, ntop, af6, l4 = _ntoa, _ntop, _AF6, _L4
     pub = m.public_ipv4
@@ -319,6 +319,10 @@ def _member_elements(m: Member, classid: str, shared: set[int]) -> _Parts:
         first = pp.first
         proto = f.protocol
         single = out[FWD_TCP] if proto is tcp else out[FWD_UDP] if proto is udp else out[FWD_BOTH]
+        if proto is not udp:  # the public side of a TCP forward (the SYN proxy's set)
+            out[SYN4].append(
+                f"{pub_s} . {first}" if first == pp.last else f"{pub_s} . {first}-{pp.last}"
+            )
         if first == pp.last:
             single.append(f"{pub_s} . {first} : {dev4[f.device_id]} . {tp.first}")
         elif first == tp.first:
@@ -367,7 +371,7 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
     queues = host.tx_queues
     cache = _ELEMENT_CACHE.get(host.name, {})
     fresh: dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]] = {}
-    out: list[list[str]] = [[] for _ in range(15)]
+    out: list[list[str]] = [[] for _ in range(16)]
     extend = [lst.extend for lst in out]
     for m in snapshot.members:
         mid = m.id
@@ -396,7 +400,13 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
     v4_port = "ipv4_addr . inet_service"
     v4_proto_port = "ipv4_addr . inet_proto . inet_service"
     v6_port = "ipv6_addr . inet_proto . inet_service"
+    syn = (
+        [SetDef("syn_fwd4", "ipv4_addr . inet_service", None, ("interval",), tuple(out[SYN4]))]
+        if snapshot.policy.syn_proxy
+        else []
+    )
     return [
+        *syn,
         *accounting_sets(out[ACCT4], out[SRC6_NET], out[SRC6]),
         _hash_set("fwd_both", v4_port, v4_port, out[FWD_BOTH]),
         SetDef("fwd_ranges", v4_proto_port, "ipv4_addr", ("interval",), tuple(out[FWD_RANGES])),
@@ -505,6 +515,36 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
         spoofed.append(
             f'iifname {up} ip saddr {{ {nets} }} counter drop comment "spoofed: member source from the uplink"'
         )
+    syn_untracked: tuple[str, ...] = ()
+    syn_proxy: tuple[str, ...] = ()
+    syn_out: tuple[Chain, ...] = ()
+    if policy.syn_proxy:
+        # A SYN to a forwarded TCP port is not tracked (matched on the public address and port:
+        # before DNAT); the forward chain answers it with a SYN cookie, and the client's ACK
+        # (invalid without an entry) makes the proxy open the connection to the device. That
+        # SYN leaves the host itself, so DNAT must also run in the output hook.
+        syn_untracked = (
+            f"iifname {up} tcp flags & (fin | syn | rst | ack) == syn"
+            " ip daddr . tcp dport @syn_fwd4 notrack",
+        )
+        syn_proxy = (
+            f"iifname {up} ct state invalid,untracked ip daddr . tcp dport @syn_fwd4 counter"
+            ' synproxy mss 1460 wscale 7 timestamp sack-perm comment "SYN proxy: forwarded TCP ports"',
+        )
+        syn_out = (
+            Chain(
+                "dstnat_local",
+                (
+                    "meta l4proto tcp dnat ip addr . port to ip daddr . th dport map @fwd_tcp",
+                    "meta l4proto tcp dnat ip addr . port to ip daddr . th dport map @fwd_both",
+                    "meta l4proto tcp dnat ip to ip daddr . meta l4proto . th dport map @fwd_ranges",
+                ),
+                "nat",
+                "output",
+                "-100",
+                "accept",
+            ),
+        )
     to_members = [
         *quota_in,
         "ct status dnat accept",
@@ -550,6 +590,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 # Every path a host forwards is named here; anything else (the sync and the
                 # management links above all) meets the drop policy, counted in the last rule.
                 "ct state established,related accept",
+                *syn_proxy,
                 "ct state invalid counter drop",
                 # DNS with the network's resolvers, untracked by the early chain: both ways.
                 f"iifname {mem} oifname {up} ct state untracked ip daddr @dns4"
@@ -603,6 +644,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 'tcp flags & (fin | syn | rst | psh | ack | urg) == 0x0 counter drop comment "malformed: no flags"',
                 'tcp flags & (fin | ack) == fin counter drop comment "malformed: FIN without ACK"',
                 *spoofed,
+                *syn_untracked,
                 # The network's own resolvers: DNS between them and the members bypasses
                 # conntrack both ways (its entries would cost more than the answers).
                 f"iifname {mem} ip daddr @dns4 meta l4proto {{ tcp, udp }} th dport 53 notrack",
@@ -658,6 +700,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
             "mangle + 1",
             "accept",
         ),
+        *syn_out,
         Chain("to_members", tuple(to_members)),
         Chain(
             "walled",

@@ -540,6 +540,10 @@ class Policy:
     # table). The key is the member's public IPv4 (after SNAT / before DNAT) or device /64.
     conntrack_quota_out: int = 0
     conntrack_quota_in: int = 0
+    # SYN proxy for forwarded TCP ports: the host answers a SYN to a forward itself and
+    # connects to the device only once the client completed the handshake (spoofed SYNs create
+    # no conntrack entry and never reach the device).
+    syn_proxy: bool = False
 
     def __post_init__(self) -> None:
         _int(self.conntrack_quota_out, "policy conntrack quota (devices)", 0, 10_000_000)
@@ -561,6 +565,7 @@ class Policy:
         )
         _set(self, "blocked_inbound", _port_rules(self.blocked_inbound, "policy blocked inbound"))
         _bool(self.inbound_icmpv6_echo, "policy inbound_icmpv6_echo")
+        _bool(self.syn_proxy, "policy syn_proxy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1117,6 +1122,7 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
             "dns_servers": [str(a) for a in p.dns_servers],
             **({"conntrack_quota_out": p.conntrack_quota_out} if p.conntrack_quota_out else {}),
             **({"conntrack_quota_in": p.conntrack_quota_in} if p.conntrack_quota_in else {}),
+            **({"syn_proxy": True} if p.syn_proxy else {}),
         },
     }
     dump = functools.partial(json.dumps, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
@@ -1221,6 +1227,7 @@ def snapshot_from_json(text: str | bytes) -> Snapshot:
             dns_servers=tuple(p.get("dns_servers", ())),
             conntrack_quota_out=p.get("conntrack_quota_out", 0),
             conntrack_quota_in=p.get("conntrack_quota_in", 0),
+            syn_proxy=p.get("syn_proxy", False),
         )
         host = Host(
             name=h["name"],

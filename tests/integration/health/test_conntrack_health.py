@@ -88,3 +88,25 @@ def test_the_quotas_are_admin_settings_that_reach_the_rule_set(client_for):
 
     entry = AuditEntry.objects.filter(action="networksettings.change").latest("id")
     assert entry.changes["conntrack_quota_devices"] == [10000, 2500]
+
+
+def test_the_syn_proxy_is_an_admin_setting_off_by_default_that_reaches_the_rule_set(client_for):
+    from apps.firewall.snapshot import snapshot_data_read
+    from workers.ruleset import compile_snapshot
+    from workers.ruleset import snapshot as rs
+
+    settings_row = NetworkSettings.load()
+    assert snapshot_data_read(cached=False).policy.syn_proxy is False
+    admin = client_for("admin")
+    url = reverse("admin:network_networksettings_change", args=[settings_row.pk])
+    data = {
+        f.name: "" if getattr(settings_row, f.name) is None else getattr(settings_row, f.name)
+        for f in NetworkSettings._meta.concrete_fields
+        if f.name not in {"id", "syn_proxy"}
+    }
+    response = admin.post(url, {**data, "syn_proxy": "on"})
+    assert response.status_code == 302, response.content[:2000]
+    policy = snapshot_data_read(cached=False).policy
+    assert policy.syn_proxy is True
+    host = rs.Host(name="fw", uplink_interfaces=("inet0",), member_interfaces=("dorm0",))
+    assert "synproxy" in compile_snapshot(rs.Snapshot(policy=policy, host=host)).nft

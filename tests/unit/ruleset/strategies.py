@@ -117,6 +117,7 @@ def policies() -> st.SearchStrategy[s.Policy]:
             max_size=3,
         ),
         inbound_icmpv6_echo=st.booleans(),
+        syn_proxy=st.booleans(),
     )
 
 
