@@ -145,6 +145,23 @@ def test_a_member_over_its_quota_gets_no_new_connections_and_others_are_unaffect
         proc.wait(timeout=5)
 
 
+def spoofed_syn_flood(target: str, port: int) -> int:
+    """Well-formed SYNs (window, timestamp option: they pass the early chain) from random
+    sources at one forward, from pl-inet, as fast as hping3 goes for at most 2 seconds (two
+    senders, one per core: about 78,000 packets/s together on 2 cores). Returns packets sent."""
+    argv = ["ip", "netns", "exec", "pl-inet", "timeout", "2", "hping3", "-S", "--tcp-timestamp",
+            "-w", "64240", "--rand-source", "-p", str(port), "--flood", target]  # fmt: skip
+    floods = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    sent = 0
+    for flood in floods:
+        _out, err = flood.communicate(timeout=30)
+        sent += int(err.split(" packets transmitted")[0].rsplit("\n", 1)[-1].strip())
+    return sent
+
+
 def conntrack_count(host: str) -> int:
     return int(in_ns(host, "cat", "/proc/sys/net/netfilter/nf_conntrack_count").stdout)
 
@@ -164,36 +181,7 @@ def test_a_spoofed_syn_flood_at_one_forward_leaves_room_for_everyone_else(quotas
     legit = hold("pl-inet", "-", B_PUBLIC, 200, 8080, 3)
     # Well-formed SYNs (window, timestamp option: they pass the early chain) from random
     # sources at member A's forward, as fast as hping3 goes, for at most 2 seconds.
-    floods = [  # two senders, one per core (about 78,000 packets/s together on 2 cores)
-        subprocess.Popen(
-            [
-                "ip",
-                "netns",
-                "exec",
-                "pl-inet",
-                "timeout",
-                "2",
-                "hping3",
-                "-S",
-                "--tcp-timestamp",
-                "-w",
-                "64240",
-                "--rand-source",
-                "-p",
-                "8080",
-                "--flood",
-                A_PUBLIC,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    sent = 0
-    for flood in floods:
-        _out, err = flood.communicate(timeout=30)
-        sent += int(err.split(" packets transmitted")[0].rsplit("\n", 1)[-1].strip())
+    sent = spoofed_syn_flood(A_PUBLIC, 8080)
     ok = int(legit.stdout.readline())
     stop.set()
     watcher.join()

@@ -14,7 +14,7 @@ import time
 
 import pytest
 from lab_support import in_ns, lab_sh, reset_host
-from test_flood_quota import SERVER, conntrack_count, rule_drops
+from test_flood_quota import SERVER, conntrack_count, rule_drops, spoofed_syn_flood
 
 from workers.ruleset import compile_snapshot
 from workers.ruleset import snapshot as s
@@ -185,36 +185,7 @@ def test_a_spoofed_syn_flood_creates_no_entries_and_never_reaches_the_device(pro
         ["ip", "netns", "exec", "pl-inet", "python3", "-c", ECHO_CLIENTS, B_PUBLIC, "200"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    floods = [
-        subprocess.Popen(
-            [
-                "ip",
-                "netns",
-                "exec",
-                "pl-inet",
-                "timeout",
-                "2",
-                "hping3",
-                "-S",
-                "--tcp-timestamp",
-                "-w",
-                "64240",
-                "--rand-source",
-                "-p",
-                "8080",
-                "--flood",
-                A_PUBLIC,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    sent = 0
-    for flood in floods:
-        _out, err = flood.communicate(timeout=30)
-        sent += int(err.split(" packets transmitted")[0].rsplit("\n", 1)[-1].strip())
+    sent = spoofed_syn_flood(A_PUBLIC, 8080)
     ok = int(legit.communicate(timeout=120)[0])
     stop.set()
     watcher.join()
