@@ -80,7 +80,7 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],203.0.113.8
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "apps.accounts.admin_apps.PortalAdminConfig",  # django.contrib.admin, second factor required
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -97,6 +97,9 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     "apps.core",
     "apps.accounts",
     "apps.members",
@@ -122,6 +125,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",  # request.user.is_verified(): the second factor
+    "apps.accounts.middleware.SecondFactorMiddleware",  # no page before the code when needed
     "apps.dhcp.walled.WalledGardenMiddleware",  # unregistered devices see one page
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -329,6 +334,20 @@ AXES_RESET_ON_SUCCESS = True
 # The lockout and the sign-up limits count per real client, behind the trusted proxies
 # (PORTAL_TRUSTED_PROXIES), not per nginx.
 AXES_CLIENT_IP_CALLABLE = "apps.core.clientip.client_ip"
+
+# Second factor (TOTP with recovery codes, django-otp; docs/two-factor.md). Required for staff
+# roles (volunteer, support, admin) and Django staff when on: on in production, off under
+# DEBUG so that the demo logins of `make run` stay one step. Members may always opt in.
+PORTAL_REQUIRE_STAFF_2FA = env_bool("PORTAL_REQUIRE_STAFF_2FA", default=not DEBUG)
+# Wrong codes in a row (TOTP or recovery) that lock the second step, and for how long.
+PORTAL_2FA_FAILURE_LIMIT = env_int("PORTAL_2FA_FAILURE_LIMIT", 5)
+PORTAL_2FA_LOCKOUT_MINUTES = env_int("PORTAL_2FA_LOCKOUT_MINUTES", 15)
+PORTAL_2FA_RECOVERY_CODES = 10
+OTP_TOTP_ISSUER = os.environ.get("PORTAL_2FA_ISSUER", "Network portal")
+# The lockout above is the one rule; django-otp's own growing delay after each wrong code would
+# refuse the right code typed right after a typo.
+OTP_TOTP_THROTTLE_FACTOR = 0
+OTP_STATIC_THROTTLE_FACTOR = 0
 
 # --- Mail -----------------------------------------------------------------------------------
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
