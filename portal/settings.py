@@ -95,6 +95,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_filters",
     "django_htmx",
+    "csp",
     "template_partials",
     "axes",
     "django_otp",
@@ -117,6 +118,7 @@ MIDDLEWARE = [
     "portal.logs.RequestIdMiddleware",  # a request id on every log line of the request
     "apps.core.metrics.RequestLatencyMiddleware",  # portal_http_request_seconds per view
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",  # before the status page's fast path: its answers get it too
     # Answers warm /status/ requests before sessions, auth, CSRF and messages (apps.tickets).
     "apps.tickets.middleware.StatusPageMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -455,6 +457,26 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=True)
+
+# Content-Security-Policy (django-csp): the portal's own scripts and styles only; no inline code,
+# no eval (htmx's config in base.html turns off its injected style and eval). The API docs page
+# has its own policy for Swagger UI (portal/api_urls.py). Nothing from another origin.
+from csp.constants import NONE, SELF  # noqa: E402
+
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],  # Pico's icons (select arrow, checkbox) are data: SVGs
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+    },
+}
 
 # One format for web, workers, beat and the mail listener (portal/logs.py): JSON lines in
 # production, a console line in development; LOG_FORMAT=json|console, LOG_LEVEL.
