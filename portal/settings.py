@@ -80,7 +80,7 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],203.0.113.8
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "apps.accounts.admin_apps.PortalAdminConfig",  # django.contrib.admin, second factor required
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -95,8 +95,12 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_filters",
     "django_htmx",
+    "csp",
     "template_partials",
     "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     "apps.core",
     "apps.accounts",
     "apps.members",
@@ -115,6 +119,7 @@ MIDDLEWARE = [
     "portal.logs.RequestIdMiddleware",  # a request id on every log line of the request
     "apps.core.metrics.RequestLatencyMiddleware",  # portal_http_request_seconds per view
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",  # before the status page's fast path: its answers get it too
     # Answers warm /status/ requests before sessions, auth, CSRF and messages (apps.tickets).
     "apps.tickets.middleware.StatusPageMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -123,6 +128,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",  # request.user.is_verified(): the second factor
+    "apps.accounts.middleware.SecondFactorMiddleware",  # no page before the code when needed
     "apps.dhcp.walled.WalledGardenMiddleware",  # unregistered devices see one page
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -331,6 +338,20 @@ AXES_RESET_ON_SUCCESS = True
 # (PORTAL_TRUSTED_PROXIES), not per nginx.
 AXES_CLIENT_IP_CALLABLE = "apps.core.clientip.client_ip"
 
+# Second factor (TOTP with recovery codes, django-otp; docs/two-factor.md). Required for staff
+# roles (volunteer, support, admin) and Django staff when on: on in production, off under
+# DEBUG so that the demo logins of `make run` stay one step. Members may always opt in.
+PORTAL_REQUIRE_STAFF_2FA = env_bool("PORTAL_REQUIRE_STAFF_2FA", default=not DEBUG)
+# Wrong codes in a row (TOTP or recovery) that lock the second step, and for how long.
+PORTAL_2FA_FAILURE_LIMIT = env_int("PORTAL_2FA_FAILURE_LIMIT", 5)
+PORTAL_2FA_LOCKOUT_MINUTES = env_int("PORTAL_2FA_LOCKOUT_MINUTES", 15)
+PORTAL_2FA_RECOVERY_CODES = 10
+OTP_TOTP_ISSUER = os.environ.get("PORTAL_2FA_ISSUER", "Network portal")
+# The lockout above is the one rule; django-otp's own growing delay after each wrong code would
+# refuse the right code typed right after a typo.
+OTP_TOTP_THROTTLE_FACTOR = 0
+OTP_STATIC_THROTTLE_FACTOR = 0
+
 # --- Mail -----------------------------------------------------------------------------------
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
@@ -437,6 +458,26 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=True)
+
+# Content-Security-Policy (django-csp): the portal's own scripts and styles only; no inline code,
+# no eval (htmx's config in base.html turns off its injected style and eval). The API docs page
+# has its own policy for Swagger UI (portal/api_urls.py). Nothing from another origin.
+from csp.constants import NONE, SELF  # noqa: E402
+
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],  # Pico's icons (select arrow, checkbox) are data: SVGs
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+    },
+}
 
 # One format for web, workers, beat and the mail listener (portal/logs.py): JSON lines in
 # production, a console line in development; LOG_FORMAT=json|console, LOG_LEVEL.

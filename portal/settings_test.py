@@ -18,3 +18,6 @@ EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 # Network changes are recorded but start no firewall run, except in the pipeline tests
 # (which switch it on and run a real worker).
 PORTAL_FIREWALL_SYNC = False
+# The second factor is off here as under `make run`; its own tests switch it on (the
+# `staff_2fa` fixture), so that every other test logs staff in with the password alone.
+PORTAL_REQUIRE_STAFF_2FA = False

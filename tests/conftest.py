@@ -53,3 +53,32 @@ def firewall_redis_clean():
     clean()
     yield
     clean()
+
+
+@pytest.fixture
+def staff_2fa(settings):
+    """The second factor required for staff, as in production (tests run with it off)."""
+    settings.PORTAL_REQUIRE_STAFF_2FA = True
+    return settings
+
+
+def totp_code(device, step: int = 0) -> str:
+    """The code `device`'s app shows now, or `step` 30-second steps later (a code that has not
+    been used yet: the portal refuses a step it has already accepted)."""
+    from django_otp.oath import totp
+
+    return f"{totp(device.bin_key, device.step, device.t0, device.digits, step):0{device.digits}d}"
+
+
+@pytest.fixture
+def enrol_second_factor(db):
+    """Give a user a confirmed authenticator; returns (device, recovery codes)."""
+    from apps.accounts.twofactor import totp_enrol_confirm, totp_enrol_start
+
+    def enrol(user):
+        device = totp_enrol_start(user=user)
+        codes = totp_enrol_confirm(user=user, device=device, code=totp_code(device))
+        device.refresh_from_db()
+        return device, codes
+
+    return enrol

@@ -5,6 +5,7 @@ from typing import Any
 from django.http import HttpRequest
 
 from apps.accounts.roles import STAFF_ROLES, Role, has_role
+from apps.accounts.twofactor import second_factor_satisfied
 
 
 def roles(request: HttpRequest) -> dict[str, Any]:
@@ -14,4 +15,6 @@ def roles(request: HttpRequest) -> dict[str, Any]:
         "is_staff_role": has_role(user, *STAFF_ROLES),
         "is_admin_role": has_role(user, Role.ADMIN),
         "is_abuse_role": has_role(user, Role.ABUSE),
+        # Logged in with the password, the code still to come: no navigation yet.
+        "second_factor_pending": not second_factor_satisfied(request),
     }

@@ -55,7 +55,14 @@ def data():
 
 PAGES = {
     None: ["/accounts/login/", "/signup/", "/status/"],
-    "rita": ["/me/", "/tickets/", "/me/notices/", "/me/notices/preferences/"],
+    "rita": [
+        "/me/",
+        "/tickets/",
+        "/me/notices/",
+        "/me/notices/preferences/",
+        "/accounts/two-factor/",
+        "/accounts/two-factor/setup/",
+    ],
     "vic": [
         "/office-hours/",
         "/office-hours/members/{member}/",
