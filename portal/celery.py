@@ -24,6 +24,7 @@ app = Celery(
         "workers.mail",
         "workers.network",
         "workers.notifications",
+        "workers.retention",
     ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -276,9 +276,19 @@ CELERY_BEAT_SCHEDULE["test-access-expire"] = {
 # Abuse lookup: ended address holdings (who held which address when) are kept this many days,
 # then pruned daily; running ones are never pruned.
 PORTAL_ABUSE_HISTORY_DAYS = env_int("PORTAL_ABUSE_HISTORY_DAYS", 180)
-CELERY_BEAT_SCHEDULE["abuse-history-prune"] = {
-    "task": "workers.abuse.abuse_history_prune",
-    "schedule": timedelta(hours=24),
+# Retention (apps/core/retention.py, docs/retention.md): one daily task bounds every table that
+# grows with time, the abuse history above included; days each.
+PORTAL_RETAIN_PUSH_LOG_DAYS = env_int("PORTAL_RETAIN_PUSH_LOG_DAYS", 90)
+PORTAL_RETAIN_HEALTH_DAYS = env_int("PORTAL_RETAIN_HEALTH_DAYS", 14)
+PORTAL_RETAIN_INBOUND_MAIL_DAYS = env_int("PORTAL_RETAIN_INBOUND_MAIL_DAYS", 30)
+PORTAL_RETAIN_QUARANTINED_MAIL_DAYS = env_int("PORTAL_RETAIN_QUARANTINED_MAIL_DAYS", 90)
+PORTAL_RETAIN_AUDIT_DAYS = env_int("PORTAL_RETAIN_AUDIT_DAYS", 730)
+PORTAL_RETAIN_NOTICES_DAYS = env_int("PORTAL_RETAIN_NOTICES_DAYS", 365)
+PORTAL_RETAIN_TICKETS_DAYS = env_int("PORTAL_RETAIN_TICKETS_DAYS", 730)
+PORTAL_RETAIN_LOGIN_LOG_DAYS = env_int("PORTAL_RETAIN_LOGIN_LOG_DAYS", 90)
+CELERY_BEAT_SCHEDULE["retention"] = {
+    "task": "workers.retention.retention_run",
+    "schedule": timedelta(hours=env_int("PORTAL_RETENTION_INTERVAL_HOURS", 24)),
     "options": {"expires": 3600},
 }
 # Notifications: at most one mail per member and kind in this many seconds (what comes in
