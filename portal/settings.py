@@ -286,6 +286,9 @@ PORTAL_RETAIN_AUDIT_DAYS = env_int("PORTAL_RETAIN_AUDIT_DAYS", 730)
 PORTAL_RETAIN_NOTICES_DAYS = env_int("PORTAL_RETAIN_NOTICES_DAYS", 365)
 PORTAL_RETAIN_TICKETS_DAYS = env_int("PORTAL_RETAIN_TICKETS_DAYS", 730)
 PORTAL_RETAIN_LOGIN_LOG_DAYS = env_int("PORTAL_RETAIN_LOGIN_LOG_DAYS", 90)
+# A former member's personal data is erased this long after the membership ended
+# (apps/members/privacy.py); the abuse history keeps its rows for PORTAL_ABUSE_HISTORY_DAYS.
+PORTAL_RETAIN_FORMER_MEMBERS_DAYS = env_int("PORTAL_RETAIN_FORMER_MEMBERS_DAYS", 180)
 CELERY_BEAT_SCHEDULE["retention"] = {
     "task": "workers.retention.retention_run",
     "schedule": timedelta(hours=env_int("PORTAL_RETENTION_INTERVAL_HOURS", 24)),

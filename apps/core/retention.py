@@ -180,8 +180,11 @@ def rule_apply(rule: Rule, *, now: dt.datetime | None = None) -> int:
 
 
 def retention_run(*, now: dt.datetime | None = None) -> dict[str, int]:
-    """Apply every rule; rows deleted per rule."""
+    """Apply every rule, then erase the former members who are due; rows deleted per rule."""
+    from apps.members.privacy import former_members_erase
+
     now = now or timezone.now()
     deleted = {rule.name: rule_apply(rule, now=now) for rule in RULES}
+    deleted["former_members_erased"] = len(former_members_erase(now=now))
     log.info("retention.run", **{k: v for k, v in deleted.items() if v})
     return deleted
