@@ -17,6 +17,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
+from portal.errors import admins_parse, sentry_init
 from portal.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -449,6 +450,17 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=True)
+
+# --- Errors reach a person (portal/errors.py) -------------------------------------------------
+# Each 500 and each failed task is mailed to ADMINS ("Name <address>, address", comma separated)
+# and, with SENTRY_DSN, reported to a Sentry-compatible tracker.
+ADMINS = admins_parse(os.environ.get("ADMINS", ""))
+SENTRY_DSN = os.environ.get("SENTRY_DSN", "")
+sentry_init(
+    dsn=SENTRY_DSN,
+    environment=os.environ.get("SENTRY_ENVIRONMENT", "production"),
+    release=os.environ.get("SENTRY_RELEASE", ""),
+)
 
 # One format for web, workers, beat and the mail listener (portal/logs.py): JSON lines in
 # production, a console line in development; LOG_FORMAT=json|console, LOG_LEVEL.
