@@ -2,7 +2,8 @@
 
 What is erased, and what stays (docs/retention.md, "Personal data"):
 - `PORTAL_RETAIN_FORMER_MEMBERS_DAYS` after a membership ended, the login is anonymised (name,
-  e-mail and password gone, username `former-<id>`, deactivated, API token deleted), the phone
+  e-mail and password gone, username `former-<id>`, deactivated, API token deleted; a login that
+  also holds a staff role stays, with its name: it is a volunteer's account now), the phone
   number cleared, notices and notice preferences deleted, the member's tickets deleted with
   their messages and attachments (a ticket body is what the member wrote: personal data, and
   after the retention period no longer needed to support them), their detached port forwards
@@ -28,6 +29,7 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.audit.models import AuditEntry
 from apps.audit.services import audit_record
 from apps.members.choices import MemberStatus
@@ -228,13 +230,15 @@ def member_personal_data_erase(*, member: Member, now: dt.datetime | None = None
     member.status_changes.exclude(note="").update(note="")
     _audit_scrub(member)
 
-    user.username = f"former-{member.pk}"
-    user.first_name = user.last_name = user.email = ""
-    user.is_active = False
-    user.set_unusable_password()
-    user.save(
-        update_fields=["username", "first_name", "last_name", "email", "is_active", "password"]
-    )
+    if not (user.is_staff or has_role(user, *STAFF_ROLES)):
+        # A volunteer who lived here keeps their login: it is their staff account now.
+        user.username = f"former-{member.pk}"
+        user.first_name = user.last_name = user.email = ""
+        user.is_active = False
+        user.set_unusable_password()
+        user.save(
+            update_fields=["username", "first_name", "last_name", "email", "is_active", "password"]
+        )
     member.phone = ""
     member.erased_at = now or timezone.now()
     member.save(update_fields=["phone", "erased_at"])

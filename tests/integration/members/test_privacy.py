@@ -183,3 +183,18 @@ def test_erased_members_room_stays_go_with_the_abuse_history(settings: Any) -> N
     retention_run(now=timezone.now() + dt.timedelta(days=60 + 31))
     assert not AddressHolding.objects.filter(member=member).exists()
     assert not member.room_stays.exists()
+
+
+def test_a_former_member_who_volunteers_keeps_their_login(settings: Any) -> None:
+    from django.contrib.auth.models import Group
+
+    settings.PORTAL_RETAIN_FORMER_MEMBERS_DAYS = 30
+    member = _ended_days_ago(_member_with_data(), 31)
+    member.user.groups.add(Group.objects.get_or_create(name="volunteer")[0])
+    retention_run()
+    member.refresh_from_db()
+    assert member.erased_at is not None
+    assert member.phone == ""
+    assert member.user.is_active
+    assert member.user.email
+    assert member.user.first_name == "Ann"
