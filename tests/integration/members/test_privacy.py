@@ -166,6 +166,11 @@ def test_former_member_is_erased_after_the_retention_keeping_the_abuse_history(
     assert active.erased_at is None
     assert active.phone
 
+    staff = Client()
+    staff.force_login(member_active(user__username="vic", user__roles=["volunteer"]).user)
+    page = staff.get(f"/office-hours/members/{member.pk}/", HTTP_ACCEPT_LANGUAGE="de")
+    assert "Personenbezogene Daten gelöscht" in page.content.decode()
+
     assert retention_run()["former_members_erased"] == 0  # idempotent
     assert AuditEntry.objects.filter(member=member, action="member.erase").count() == 1
 
