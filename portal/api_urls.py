@@ -6,7 +6,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from apps.abuse.api import AbuseLookupAPI
 from apps.accounts.api import MeAPI
 from apps.health.api import SystemStatusAPI
-from apps.members.api import MemberDetailAPI, MemberListAPI, RoomDetailAPI, RoomListAPI
+from apps.members.api import (
+    MemberDataAPI,
+    MemberDetailAPI,
+    MemberListAPI,
+    RoomDetailAPI,
+    RoomListAPI,
+)
 from apps.network.api import (
     DeviceDetailAPI,
     DeviceListAPI,
@@ -26,6 +32,8 @@ urlpatterns = [
     path("system/status/", SystemStatusAPI.as_view(), name="api-system-status"),
     path("members/", MemberListAPI.as_view(), name="api-members"),
     path("members/<int:pk>/", MemberDetailAPI.as_view(), name="api-member"),
+    path("members/<int:pk>/data/", MemberDataAPI.as_view(), name="api-member-data"),
+    path("me/data/", MemberDataAPI.as_view(), name="api-me-data"),
     path("rooms/", RoomListAPI.as_view(), name="api-rooms"),
     path("rooms/<int:pk>/", RoomDetailAPI.as_view(), name="api-room"),
     path("devices/", DeviceListAPI.as_view(), name="api-devices"),

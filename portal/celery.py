@@ -25,6 +25,7 @@ app = Celery(
         "workers.network",
         "workers.notifications",
         "workers.traffic",
+        "workers.retention",
     ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -91,9 +91,20 @@ def logging_config(*, json: bool, level: str) -> dict[str, Any]:
                 "foreign_pre_chain": _shared_processors(),
             }
         },
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "portal"}},
+        "filters": {"require_debug_false": {"()": "django.utils.log.RequireDebugFalse"}},
+        "handlers": {
+            "console": {"class": "logging.StreamHandler", "formatter": "portal"},
+            # Errors reach a person (portal/errors.py): failed tasks go to ADMINS, as 500s do
+            # through Django's own "django" logger (DEFAULT_LOGGING, kept beside this).
+            "mail_admins": {
+                "level": "ERROR",
+                "class": "django.utils.log.AdminEmailHandler",
+                "filters": ["require_debug_false"],
+            },
+        },
         "root": {"handlers": ["console"], "level": level},
         "loggers": {
+            "celery.app.trace": {"handlers": ["mail_admins"], "level": "ERROR", "propagate": True},
             "axes": {"level": "WARNING"},
             "asyncssh": {"level": "WARNING"},
             # Celery adds its own handlers unless told otherwise (worker_hijack_root_logger).

@@ -17,6 +17,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
+from portal.errors import admins_parse, sentry_init
 from portal.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -284,9 +285,22 @@ CELERY_BEAT_SCHEDULE["test-access-expire"] = {
 # Abuse lookup: ended address holdings (who held which address when) are kept this many days,
 # then pruned daily; running ones are never pruned.
 PORTAL_ABUSE_HISTORY_DAYS = env_int("PORTAL_ABUSE_HISTORY_DAYS", 180)
-CELERY_BEAT_SCHEDULE["abuse-history-prune"] = {
-    "task": "workers.abuse.abuse_history_prune",
-    "schedule": timedelta(hours=24),
+# Retention (apps/core/retention.py, docs/retention.md): one daily task bounds every table that
+# grows with time, the abuse history above included; days each.
+PORTAL_RETAIN_PUSH_LOG_DAYS = env_int("PORTAL_RETAIN_PUSH_LOG_DAYS", 90)
+PORTAL_RETAIN_HEALTH_DAYS = env_int("PORTAL_RETAIN_HEALTH_DAYS", 14)
+PORTAL_RETAIN_INBOUND_MAIL_DAYS = env_int("PORTAL_RETAIN_INBOUND_MAIL_DAYS", 30)
+PORTAL_RETAIN_QUARANTINED_MAIL_DAYS = env_int("PORTAL_RETAIN_QUARANTINED_MAIL_DAYS", 90)
+PORTAL_RETAIN_AUDIT_DAYS = env_int("PORTAL_RETAIN_AUDIT_DAYS", 730)
+PORTAL_RETAIN_NOTICES_DAYS = env_int("PORTAL_RETAIN_NOTICES_DAYS", 365)
+PORTAL_RETAIN_TICKETS_DAYS = env_int("PORTAL_RETAIN_TICKETS_DAYS", 730)
+PORTAL_RETAIN_LOGIN_LOG_DAYS = env_int("PORTAL_RETAIN_LOGIN_LOG_DAYS", 90)
+# A former member's personal data is erased this long after the membership ended
+# (apps/members/privacy.py); the abuse history keeps its rows for PORTAL_ABUSE_HISTORY_DAYS.
+PORTAL_RETAIN_FORMER_MEMBERS_DAYS = env_int("PORTAL_RETAIN_FORMER_MEMBERS_DAYS", 180)
+CELERY_BEAT_SCHEDULE["retention"] = {
+    "task": "workers.retention.retention_run",
+    "schedule": timedelta(hours=env_int("PORTAL_RETENTION_INTERVAL_HOURS", 24)),
     "options": {"expires": 3600},
 }
 # Notifications: at most one mail per member and kind in this many seconds (what comes in
@@ -478,6 +492,16 @@ CONTENT_SECURITY_POLICY = {
         "base-uri": [SELF],
     },
 }
+# --- Errors reach a person (portal/errors.py) -------------------------------------------------
+# Each 500 and each failed task is mailed to ADMINS ("Name <address>, address", comma separated)
+# and, with SENTRY_DSN, reported to a Sentry-compatible tracker.
+ADMINS = admins_parse(os.environ.get("ADMINS", ""))
+SENTRY_DSN = os.environ.get("SENTRY_DSN", "")
+sentry_init(
+    dsn=SENTRY_DSN,
+    environment=os.environ.get("SENTRY_ENVIRONMENT", "production"),
+    release=os.environ.get("SENTRY_RELEASE", ""),
+)
 
 # One format for web, workers, beat and the mail listener (portal/logs.py): JSON lines in
 # production, a console line in development; LOG_FORMAT=json|console, LOG_LEVEL.

@@ -6,3 +6,6 @@ class CoreConfig(AppConfig):
     name = "apps.core"
     label = "core"
     verbose_name = _("Core")
+
+    def ready(self) -> None:
+        from apps.core import checks  # noqa: F401  (registers the deploy checks)

@@ -6,10 +6,17 @@ from typing import Any
 
 import django_filters
 from django.db.models import Prefetch, QuerySet
+from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from apps.members.choices import MemberStatus
 from apps.members.models import Member, Room
+from apps.members.privacy import member_data_export
 from apps.network.models import Device
 
 
@@ -97,6 +104,19 @@ class MemberDetailAPI(generics.RetrieveAPIView):
 
     def get_queryset(self) -> QuerySet[Member]:
         return _members(self.request.user)
+
+
+class MemberDataAPI(APIView):
+    """A member's own personal data (the download of their page); nobody else's, staff
+    included: 404 for any other member."""
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, pk: int | None = None) -> Response:
+        own = Member.objects.filter(user=request.user)
+        member = (own.filter(pk=pk) if pk is not None else own).select_related("user").first()
+        if member is None:
+            raise Http404
+        return Response(member_data_export(member=member, actor=request.user))
 
 
 class RoomFilter(django_filters.FilterSet):

@@ -110,6 +110,8 @@ class Member(models.Model):
     checked_in_at = models.DateTimeField(_("checked in"), null=True, blank=True)
     test_access_until = models.DateField(_("test access until"), null=True, blank=True)
     ended_at = models.DateTimeField(_("ended"), null=True, blank=True)
+    # When a former member's personal data was erased (apps/members/privacy.py); empty: not yet.
+    erased_at = models.DateTimeField(_("personal data erased"), null=True, blank=True)
 
     objects = MemberQuerySet.as_manager()
 

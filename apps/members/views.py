@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views import View
 
@@ -19,6 +21,7 @@ from apps.dhcp.selectors import lease_search, unknown_devices_near
 from apps.members import forms as member_forms
 from apps.members import services
 from apps.members.models import Member
+from apps.members.privacy import member_data_export
 from apps.members.selectors import (
     SEARCH_LIMIT,
     member_get,
@@ -38,7 +41,11 @@ class DashboardView(LoginRequiredMixin, View):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         member = member_of_user(user=request.user)
-        context: dict[str, Any] = {"roles": sorted(user_roles(request.user)), "member": member}
+        context: dict[str, Any] = {
+            "roles": sorted(user_roles(request.user)),
+            "member": member,
+            "former_member_days": settings.PORTAL_RETAIN_FORMER_MEMBERS_DAYS,
+        }
         if member is not None:
             context.update(devices_context(request=request, member=member))
             context["recent_notices"] = list(notice_list(actor=request.user)[:3])
@@ -225,3 +232,18 @@ class MemberRegisterView(StaffRequiredMixin, View):
                 )
                 return redirect("members:member_detail", pk=member.pk)
         return render(request, self.template, {"form": form}, status=422)
+
+
+class MemberDataView(LoginRequiredMixin, View):
+    """The signed-in member's own data as a JSON download (apps/members/privacy.py)."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        member = member_of_user(user=request.user)
+        if member is None:
+            raise Http404
+        data = member_data_export(member=member, actor=request.user)
+        response = JsonResponse(data, json_dumps_params={"indent": 2, "ensure_ascii": False})
+        stamp = timezone.localdate().isoformat()
+        response["Content-Disposition"] = f'attachment; filename="my-portal-data-{stamp}.json"'
+        response["Cache-Control"] = "no-store"
+        return response

@@ -21,7 +21,9 @@ class Command(BaseCommand):
     help = "Check the database and Redis connections; exit non-zero with a clear message."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        problems = []
+        from apps.core.checks import KEY_HINT, secret_key_problems
+
+        problems = [f"{p.msg} {KEY_HINT}" for p in secret_key_problems()]
         db = settings.DATABASES["default"]
         try:
             connection.ensure_connection()

@@ -24,8 +24,17 @@ class Command(BaseCommand):
         parser.add_argument("--out", help="write the nft text to this file")
         parser.add_argument("--tc", help="also write the tc batch (HTB set-up) to this file")
         parser.add_argument("--since", type=int, metavar="VERSION", help="a stored version number")
+        parser.add_argument(
+            "--hash",
+            action="store_true",
+            help="print '<host> <bundle version hash>' for each enabled host (or --host) and stop: "
+            "after a restore, the restored database compiles the same bundles",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["hash"]:
+            self._hashes(options["host"])
+            return
         host = self._host(options["host"])
         try:
             snapshot = firewall_snapshot_build(host=host)
@@ -46,6 +55,15 @@ class Command(BaseCommand):
             self.stdout.write(text, ending="")
         if options["tc"]:
             Path(options["tc"]).write_text(compiled.tc)
+
+    def _hashes(self, name: str | None) -> None:
+        hosts = [self._host(name)] if name else list(FirewallHost.objects.filter(enabled=True))
+        for host in sorted(hosts, key=lambda h: h.name):
+            try:
+                snapshot = firewall_snapshot_build(host=host)
+            except SnapshotError as exc:
+                raise CommandError(f"{host.name}: the database cannot be compiled: {exc}") from None
+            self.stdout.write(f"{host.name} {compile_bundle(snapshot).content_hash}")
 
     def _host(self, name: str | None) -> FirewallHost:
         hosts = FirewallHost.objects.filter(enabled=True)
