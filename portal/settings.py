@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 from portal.logs import logging_config
+from portal.redisconf import RedisConfigError, redis_config_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
@@ -182,19 +183,34 @@ DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: cache, locks, heartbeats; Celery broker --------------------------------------------
-REDIS_URL = os.environ.get("REDIS_URL", f"unix://{RUN_DIR}/redis.sock?db=0")
+# One server (REDIS_URL + CELERY_BROKER_URL) or Sentinel (REDIS_SENTINELS + REDIS_SENTINEL_MASTER):
+# portal/redisconf.py reads either, and every Redis user takes its connection from REDIS.
+try:
+    REDIS = redis_config_from_env(
+        os.environ,
+        default_url=f"unix://{RUN_DIR}/redis.sock?db=0",
+        default_broker_url=f"redis+socket://{RUN_DIR}/redis.sock",
+    )
+except RedisConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+REDIS_URL = REDIS.describe()  # for messages; connections come from portal.redis
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "portal.redis.PortalRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "portal"),
-        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 5},
     }
 }
 
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", f"redis+socket://{RUN_DIR}/redis.sock")
+CELERY_BROKER_URL = REDIS.celery_broker_url()
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600, "socket_connect_timeout": 2}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 3600,
+    "socket_connect_timeout": 2,
+    **REDIS.celery_transport_options(),
+}
+# With Sentinel, a publish during a failover waits for the new primary instead of failing.
+CELERY_TASK_PUBLISH_RETRY_POLICY = REDIS.celery_publish_retry_policy()
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
