@@ -13,10 +13,10 @@ import secrets
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
+from portal.dburl import database_from_url
 from portal.logs import logging_config
 from portal.redisconf import RedisConfigError, redis_config_from_env
 
@@ -158,11 +158,12 @@ TEMPLATES = [
 _database_url = os.environ.get("DATABASE_URL", "")
 if _database_url:
     try:
-        _db = dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)
+        _db = database_from_url(_database_url, conn_max_age=60)
     except ValueError as exc:
         raise ImproperlyConfigured(
             f"DATABASE_URL is not a valid database URL ({exc}); "
-            "expected postgresql://USER:PASSWORD@HOST:PORT/NAME"
+            "expected postgresql://USER:PASSWORD@HOST:PORT/NAME (or HOST1:PORT1,HOST2:PORT2 for a "
+            "primary and its standbys)"
         ) from None
     if _db.get("ENGINE") != "django.db.backends.postgresql":
         raise ImproperlyConfigured(

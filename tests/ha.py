@@ -29,7 +29,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> None:
+def proc_stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> None:
+    """Stop a process (`sig`, then KILL after 10 s)."""
     if proc.poll() is None:
         proc.send_signal(sig)
         try:
@@ -114,7 +115,7 @@ class RedisSet:
 
     def stop(self) -> None:
         for proc in self.procs.values():
-            _stop(proc, signal.SIGKILL)
+            proc_stop(proc, signal.SIGKILL)
 
 
 def _info(client: redis.Redis, key: str) -> str:
@@ -153,3 +154,169 @@ def env_without(*names: str, **extra: str) -> dict[str, str]:
 
 def elapsed_since(start: float) -> float:
     return round(time.monotonic() - start, 2)
+
+
+# --- PostgreSQL primary + hot standby -------------------------------------------------------------
+
+PGBIN = Path(
+    sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )[-1]
+    if Path("/usr/lib/postgresql").exists()
+    else "/usr/bin"
+)
+AS_ROOT = os.geteuid() == 0
+
+
+def pg(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run a PostgreSQL program; as root, as the 'postgres' user (PostgreSQL refuses root)."""
+    cmd = [str(PGBIN / args[0]), *args[1:]]
+    if AS_ROOT:
+        cmd = ["runuser", "-u", "postgres", "--", *cmd]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    assert result.returncode == 0, f"{' '.join(args)}: {result.stdout}{result.stderr}"
+    return result
+
+
+@dataclass
+class PgPair:
+    """A primary and a hot standby made with `pg_basebackup -R`, on loopback ports; commits wait
+    for the standby (synchronous replication), so a crash of the primary loses no commit."""
+
+    root: Path
+    primary_port: int = 0
+    standby_port: int = 0
+
+    @property
+    def primary(self) -> Path:
+        return self.root / "primary"
+
+    @property
+    def standby(self) -> Path:
+        return self.root / "standby"
+
+    def url(self, name: str = "portal") -> str:
+        """The multi-host DATABASE_URL the portal uses: primary first, then the standby."""
+        return f"postgresql://portal@127.0.0.1:{self.primary_port},127.0.0.1:{self.standby_port}/{name}"
+
+    def client(self, program: str, *args: str, port: int = 0) -> subprocess.CompletedProcess[str]:
+        """A client program as the portal user, on the primary unless `port`."""
+        where = ("-h", "127.0.0.1", "-p", str(port or self.primary_port), "-U", "portal")
+        return pg(program, *where, *args)
+
+    def psql(self, port: int, sql: str, db: str = "portal") -> str:
+        return self.client("psql", "-d", db, "-tAc", sql, port=port).stdout.strip()
+
+    def start(self, *, load_from: dict[str, str]) -> None:
+        """Start the primary, load the database `load_from` names (host, port, name) into it,
+        clone the standby and switch on synchronous replication to it."""
+        self.primary_port, self.standby_port = free_port(), free_port()
+        pg(
+            "initdb",
+            "-D",
+            str(self.primary),
+            "-U",
+            "portal",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        )
+        with (self.primary / "postgresql.conf").open("a") as conf:
+            conf.write(
+                f"listen_addresses = '127.0.0.1'\nport = {self.primary_port}\n"
+                f"unix_socket_directories = '{self.root}'\nfsync = off\nfull_page_writes = off\n"
+                "wal_level = replica\nmax_wal_senders = 4\nhot_standby = on\n"
+            )
+        pg("pg_ctl", "-D", str(self.primary), "-l", str(self.root / "primary.log"), "-w", "start")
+        self.client("createdb", "portal")
+        dump = self.root / "load.dump"
+        pg(
+            "pg_dump",
+            "-h",
+            load_from["host"],
+            "-p",
+            load_from["port"],
+            "-U",
+            "portal",
+            "-Fc",
+            "-f",
+            str(dump),
+            load_from["name"],
+        )
+        self.client("pg_restore", "--no-owner", "-d", "portal", str(dump))
+        self.client(
+            "pg_basebackup",
+            "-D",
+            str(self.standby),
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "--no-sync",
+        )
+        with (self.standby / "postgresql.conf").open("a") as conf:
+            conf.write(f"port = {self.standby_port}\n")
+        pg("pg_ctl", "-D", str(self.standby), "-l", str(self.root / "standby.log"), "-w", "start")
+        streaming = wait_until(
+            lambda: (
+                self.psql(
+                    self.primary_port,
+                    "SELECT count(*) FROM pg_stat_replication WHERE state='streaming'",
+                )
+                == "1"
+            ),
+            20,
+            0.2,
+        )
+        assert streaming, self.logs()
+        self.psql(self.primary_port, "ALTER SYSTEM SET synchronous_standby_names = '*'")
+        self.psql(self.primary_port, "SELECT pg_reload_conf()")
+        sync = wait_until(
+            lambda: (
+                self.psql(self.primary_port, "SELECT sync_state FROM pg_stat_replication") == "sync"
+            ),
+            20,
+            0.2,
+        )
+        assert sync, self.logs()
+
+    def crash_primary(self) -> None:
+        """Stop the primary as a crash would (immediate: no shutdown checkpoint, no goodbye)."""
+        pg("pg_ctl", "-D", str(self.primary), "-m", "immediate", "-w", "stop")
+
+    def promote_standby(self) -> None:
+        pg("pg_ctl", "-D", str(self.standby), "-w", "promote")
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(self.root.glob("*.log"))
+        )
+
+    def stop(self) -> None:
+        for data in (self.standby, self.primary):
+            if (data / "postmaster.pid").exists():
+                with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
+                    pg("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop", timeout=30)
+
+
+@contextlib.contextmanager
+def pg_pair(*, load_from: dict[str, str]) -> Iterator[PgPair]:
+    """A running PgPair in a fresh directory under /tmp (the postgres user must reach it),
+    stopped and removed on the way out."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="portal-pg-ha-"))
+    if AS_ROOT:
+        shutil.chown(root, "postgres", "postgres")
+    pair = PgPair(root=root)
+    try:
+        pair.start(load_from=load_from)
+        yield pair
+    finally:
+        pair.stop()
+        shutil.rmtree(root, ignore_errors=True)
