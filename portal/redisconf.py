@@ -1,7 +1,7 @@
 """Where Redis is: one URL, or a set of Sentinels that name the current primary.
 
 Every user of Redis (the cache, the firewall site locks, live state and rate limits through
-`portal.redis`, the Celery broker, the beat lock) is configured from the one `RedisConfig` this
+`portal.redis`, the Celery broker, beat's schedule and lock in celery-redbeat) is configured from the one `RedisConfig` this
 module reads from the environment, so a failover moves all of them to the new primary at once.
 
 - One server: `REDIS_URL` (cache, locks) and `CELERY_BROKER_URL` (the broker), as before.
@@ -88,6 +88,24 @@ class RedisConfig:
                 "interval_max": 0.2,
             }
         return {"max_retries": 30, "interval_start": 0, "interval_step": 0.25, "interval_max": 0.5}
+
+    def redbeat_url(self) -> str:
+        """Where celery-redbeat keeps beat's schedule and its one-active lock."""
+        return "redis-sentinel://" if self.uses_sentinel else self.url
+
+    def redbeat_options(self) -> dict[str, Any]:
+        """celery-redbeat's client options; with Sentinel it rides out a failover (retry_period)."""
+        options: dict[str, Any] = {"socket_timeout": 5, "socket_connect_timeout": 2}
+        if self.uses_sentinel:
+            options.update(
+                sentinels=list(self.sentinels),
+                service_name=self.master,
+                db=self.db,
+                password=self.password or None,
+                sentinel_kwargs=self.sentinel_kwargs(),
+                retry_period=15,
+            )
+        return options
 
     def sentinel_kwargs(self) -> dict[str, Any]:
         """How redis-py talks to the sentinels themselves."""

@@ -229,9 +229,20 @@ CELERY_TASK_ROUTES = {
     "workers.health.firewall_health_collect": {"queue": "firewall"},
     "workers.dhcp.dhcp_leases_collect": {"queue": "firewall"},  # SSH to the hosts
 }
-CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 PORTAL_HEARTBEAT_INTERVAL = env_int("PORTAL_HEARTBEAT_INTERVAL", 15)
-CELERY_BEAT_MAX_LOOP_INTERVAL = 5  # beat ticks (and marks itself alive) at least this often
+# Beat on two hosts, one active (portal.celery.PortalScheduler, celery-redbeat): the active beat
+# holds a lock in Redis and renews it at every tick; another beat waits for it and takes over at
+# most PORTAL_BEAT_LOCK_TIMEOUT + one tick after the active one died. The schedule's last runs
+# live in Redis too, so the one taking over neither repeats nor skips an interval.
+PORTAL_BEAT_LOCK_TIMEOUT = env_int("PORTAL_BEAT_LOCK_TIMEOUT", 25)
+if PORTAL_BEAT_LOCK_TIMEOUT < 3:
+    raise ImproperlyConfigured("PORTAL_BEAT_LOCK_TIMEOUT must be at least 3 (seconds).")
+# Beat ticks (renews its lock, marks itself alive) at least this often: thrice per lock timeout.
+CELERY_BEAT_MAX_LOOP_INTERVAL = min(5, PORTAL_BEAT_LOCK_TIMEOUT // 3)
+CELERY_REDBEAT_REDIS_URL = REDIS.redbeat_url()
+CELERY_REDBEAT_REDIS_OPTIONS = REDIS.redbeat_options()
+CELERY_REDBEAT_KEY_PREFIX = "portal:beat:"
+CELERY_REDBEAT_LOCK_TIMEOUT = PORTAL_BEAT_LOCK_TIMEOUT
 CELERY_BEAT_SCHEDULE = {
     "heartbeat": {
         "task": "workers.health.heartbeat",

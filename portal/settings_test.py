@@ -15,6 +15,7 @@ if not REDIS.uses_sentinel:
     )
     REDIS_URL = REDIS.describe()
     CELERY_BROKER_URL = REDIS.celery_broker_url()
+    CELERY_REDBEAT_REDIS_URL = REDIS.redbeat_url()
 CACHES["default"]["LOCATION"] = REDIS_URL
 CACHES["default"]["KEY_PREFIX"] = "portal-test"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

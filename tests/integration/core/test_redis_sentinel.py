@@ -1,6 +1,7 @@
 """Redis through Sentinel: a real primary, replica and three sentinels; the primary is killed
 while the portal makes changes through the cache, the firewall lock, the network-change record
-and the Celery broker. Every change the portal had been told was done survives the failover."""
+and the Celery broker, with beat and a worker running. Every change the portal had been told was
+done survives the failover, every task sent ran, and beat's heartbeat goes on."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
+from django.utils import timezone
 
 from apps.firewall.pipeline import firewall_causes_take, lock_key
+from apps.health.heartbeat import HEARTBEAT_KEY
 from portal.redis import redis_client, redis_reset
 from portal.redisconf import RedisConfigError, redis_config_from_env
 from tests.celery_proc import ROOT, celery_start, celery_stop, wait_until
@@ -49,6 +53,15 @@ def _read_lines(proc: subprocess.Popen, into: list[dict]) -> None:
 def test_a_killed_primary_fails_over_and_nothing_acknowledged_is_lost(tmp_path, sentinel_settings):
     with redis_sentinel_set(tmp_path / "redis") as rset:
         ha_env = rset.env()
+        beat_env = {**ha_env, "PORTAL_HEARTBEAT_INTERVAL": "1", "PORTAL_BEAT_LOCK_TIMEOUT": "3"}
+        beat = celery_start(
+            "beat",
+            "--scheduler",
+            "portal.celery:PortalScheduler",
+            log=tmp_path / "beat.log",
+            env=beat_env,
+            unset=("REDIS_URL", "CELERY_BROKER_URL"),
+        )
         worker = celery_start(
             "worker",
             "-Q",
@@ -64,7 +77,7 @@ def test_a_killed_primary_fails_over_and_nothing_acknowledged_is_lost(tmp_path, 
             "--without-mingle",
             "--without-gossip",
             log=tmp_path / "worker.log",
-            env=ha_env,
+            env=beat_env,
             unset=("REDIS_URL", "CELERY_BROKER_URL"),
         )
         writer = subprocess.Popen(
@@ -81,6 +94,7 @@ def test_a_killed_primary_fails_over_and_nothing_acknowledged_is_lost(tmp_path, 
         try:
             assert wait_until(lambda: len(acked) >= KILL_AFTER, 30), rset.logs()
             killed_at = time.monotonic()
+            killed_wall = timezone.now()
             rset.kill_primary()
             assert writer.wait(timeout=45) == 0, rset.logs()
             reader.join(timeout=5)
@@ -104,12 +118,22 @@ def test_a_killed_primary_fails_over_and_nothing_acknowledged_is_lost(tmp_path, 
             ran = {int(i) for i in redis_client().smembers(DONE_KEY)}
             assert done, (sorted(set(range(CHANGES)) - ran), (tmp_path / "worker.log").read_text())
             assert ran == set(range(CHANGES))
+            # Beat (its lock and schedule in Redis) and the worker carry on: the heartbeat that
+            # beat sends and the worker records is newer than the failover.
+            beaten = wait_until(lambda: _heartbeat_at() > killed_wall + timedelta(seconds=3), 20)
+            assert beaten, ((tmp_path / "beat.log").read_text()[-2000:], _heartbeat_at())
             print(f"failover pause: longest change {longest:.2f} s; all done {failover:.1f} s")  # noqa: T201
         finally:
             if writer.poll() is None:
                 writer.kill()
                 writer.wait(timeout=5)
             celery_stop(worker)
+            celery_stop(beat)
+
+
+def _heartbeat_at() -> datetime:
+    raw = redis_client().hget(HEARTBEAT_KEY, "at")
+    return datetime.fromisoformat(raw) if raw else datetime.min.replace(tzinfo=UTC)
 
 
 def test_sentinel_settings_exclude_a_redis_url():
