@@ -125,8 +125,9 @@ def test_two_beats_one_sends_and_the_other_takes_over_after_a_kill(tmp_path):
         took_over = wait_until(lambda: queue.by(beats["b"].pid), LOCK_TIMEOUT + 10)
         takeover = time.monotonic() - killed
         assert took_over, logs()
-        # The lock expires LOCK_TIMEOUT after A's last renewal; B looks once per tick (1 s).
-        assert takeover <= LOCK_TIMEOUT + 3, takeover
+        # The lock expires LOCK_TIMEOUT after A's last renewal; B looks once per tick (1 s);
+        # the rest is slack for a loaded machine.
+        assert takeover <= LOCK_TIMEOUT + 4, takeover
         assert wait_until(lambda: len(queue.by(beats["b"].pid)) >= 3, 10), logs()
 
         # Never two heartbeats for one interval: consecutive sends at least ~1 s apart.
