@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from celery import Celery
-from celery.beat import PersistentScheduler
 from celery.signals import setup_logging
+from redbeat import RedBeatScheduler
 
 from portal.logs import bind_celery_task_ids
 
@@ -44,10 +44,19 @@ def _portal_logging(**_: Any) -> None:
 bind_celery_task_ids()
 
 
-class PortalScheduler(PersistentScheduler):
-    """Beat's scheduler, which also records that beat itself is alive (for the status page)."""
+class PortalScheduler(RedBeatScheduler):
+    """Beat's scheduler: celery-redbeat (the schedule's state and a lock in Redis, so beat runs
+    on two hosts with one active), which also records that beat itself is alive (for the status
+    page). A beat waiting for the lock does not tick, so only the active one is seen alive."""
 
     _last_beat = 0.0
+
+    def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
+        # celery-redbeat tells "set" from "fallen back to the broker's" by the bare names
+        # (redbeat_*), which the CELERY_ namespace of Django's settings hides: name them.
+        names = ("redbeat_redis_url", "redbeat_redis_options", "redbeat_key_prefix")
+        app.conf.update({name: app.conf[name] for name in (*names, "redbeat_lock_timeout")})
+        super().__init__(app, *args, **kwargs)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         now = time.monotonic()

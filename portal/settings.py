@@ -13,12 +13,13 @@ import secrets
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
+from portal.dburl import database_from_url
 from portal.errors import admins_parse, sentry_init
 from portal.logs import logging_config
+from portal.redisconf import RedisConfigError, redis_config_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
@@ -166,11 +167,12 @@ TEMPLATES = [
 _database_url = os.environ.get("DATABASE_URL", "")
 if _database_url:
     try:
-        _db = dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)
+        _db = database_from_url(_database_url, conn_max_age=60)
     except ValueError as exc:
         raise ImproperlyConfigured(
             f"DATABASE_URL is not a valid database URL ({exc}); "
-            "expected postgresql://USER:PASSWORD@HOST:PORT/NAME"
+            "expected postgresql://USER:PASSWORD@HOST:PORT/NAME (or HOST1:PORT1,HOST2:PORT2 for a "
+            "primary and its standbys)"
         ) from None
     if _db.get("ENGINE") != "django.db.backends.postgresql":
         raise ImproperlyConfigured(
@@ -191,19 +193,34 @@ DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: cache, locks, heartbeats; Celery broker --------------------------------------------
-REDIS_URL = os.environ.get("REDIS_URL", f"unix://{RUN_DIR}/redis.sock?db=0")
+# One server (REDIS_URL + CELERY_BROKER_URL) or Sentinel (REDIS_SENTINELS + REDIS_SENTINEL_MASTER):
+# portal/redisconf.py reads either, and every Redis user takes its connection from REDIS.
+try:
+    REDIS = redis_config_from_env(
+        os.environ,
+        default_url=f"unix://{RUN_DIR}/redis.sock?db=0",
+        default_broker_url=f"redis+socket://{RUN_DIR}/redis.sock",
+    )
+except RedisConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+REDIS_URL = REDIS.describe()  # for messages; connections come from portal.redis
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "portal.redis.PortalRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "portal"),
-        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 5},
     }
 }
 
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", f"redis+socket://{RUN_DIR}/redis.sock")
+CELERY_BROKER_URL = REDIS.celery_broker_url()
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600, "socket_connect_timeout": 2}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 3600,
+    "socket_connect_timeout": 2,
+    **REDIS.celery_transport_options(),
+}
+# With Sentinel, a publish during a failover waits for the new primary instead of failing.
+CELERY_TASK_PUBLISH_RETRY_POLICY = REDIS.celery_publish_retry_policy()
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -221,9 +238,20 @@ CELERY_TASK_ROUTES = {
     "workers.health.firewall_health_collect": {"queue": "firewall"},
     "workers.dhcp.dhcp_leases_collect": {"queue": "firewall"},  # SSH to the hosts
 }
-CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 PORTAL_HEARTBEAT_INTERVAL = env_int("PORTAL_HEARTBEAT_INTERVAL", 15)
-CELERY_BEAT_MAX_LOOP_INTERVAL = 5  # beat ticks (and marks itself alive) at least this often
+# Beat on two hosts, one active (portal.celery.PortalScheduler, celery-redbeat): the active beat
+# holds a lock in Redis and renews it at every tick; another beat waits for it and takes over at
+# most PORTAL_BEAT_LOCK_TIMEOUT + one tick after the active one died. The schedule's last runs
+# live in Redis too, so the one taking over neither repeats nor skips an interval.
+PORTAL_BEAT_LOCK_TIMEOUT = env_int("PORTAL_BEAT_LOCK_TIMEOUT", 25)
+if PORTAL_BEAT_LOCK_TIMEOUT < 3:
+    raise ImproperlyConfigured("PORTAL_BEAT_LOCK_TIMEOUT must be at least 3 (seconds).")
+# Beat ticks (renews its lock, marks itself alive) at least this often: thrice per lock timeout.
+CELERY_BEAT_MAX_LOOP_INTERVAL = min(5, PORTAL_BEAT_LOCK_TIMEOUT // 3)
+CELERY_REDBEAT_REDIS_URL = REDIS.redbeat_url()
+CELERY_REDBEAT_REDIS_OPTIONS = REDIS.redbeat_options()
+CELERY_REDBEAT_KEY_PREFIX = "portal:beat:"
+CELERY_REDBEAT_LOCK_TIMEOUT = PORTAL_BEAT_LOCK_TIMEOUT
 CELERY_BEAT_SCHEDULE = {
     "heartbeat": {
         "task": "workers.health.heartbeat",

@@ -2,14 +2,20 @@
 
 import os
 
+from portal.redisconf import redis_config_from_env
 from portal.settings import *  # noqa: F403
-from portal.settings import CACHES, RUN_DIR, STORAGES
+from portal.settings import CACHES, REDIS, REDIS_URL, RUN_DIR, STORAGES
 
 # Embedded services: tests use Redis database 1, so a running `make run` keeps its own state.
-REDIS_URL = os.environ.get("REDIS_URL") or f"unix://{RUN_DIR}/redis.sock?db=1"
-CELERY_BROKER_URL = (
-    os.environ.get("CELERY_BROKER_URL") or f"redis+socket://{RUN_DIR}/redis.sock?virtual_host=1"
-)
+if not REDIS.uses_sentinel:
+    REDIS = redis_config_from_env(
+        os.environ,
+        default_url=f"unix://{RUN_DIR}/redis.sock?db=1",
+        default_broker_url=f"redis+socket://{RUN_DIR}/redis.sock?virtual_host=1",
+    )
+    REDIS_URL = REDIS.describe()
+    CELERY_BROKER_URL = REDIS.celery_broker_url()
+    CELERY_REDBEAT_REDIS_URL = REDIS.redbeat_url()
 CACHES["default"]["LOCATION"] = REDIS_URL
 CACHES["default"]["KEY_PREFIX"] = "portal-test"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

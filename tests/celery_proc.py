@@ -29,15 +29,19 @@ def test_database_url() -> str:
     return f"postgresql://{auth}@{quote(str(host), safe='')}:{port}/{db['NAME']}"
 
 
-def celery_start(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[Any]:
-    """Start `celery -A portal ARGS` in its own process group, logging to `log`."""
+def celery_start(
+    *args: str, log: Path, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()
+) -> subprocess.Popen[Any]:
+    """Start `celery -A portal ARGS` in its own process group, logging to `log`; `unset` names
+    variables of this process's environment that the worker must not see."""
     full_env = dict(
         os.environ,
         DJANGO_SETTINGS_MODULE="portal.settings_test",
         DATABASE_URL=test_database_url(),
         **(env or {}),
     )
-    full_env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    for name in ("DJANGO_ALLOW_ASYNC_UNSAFE", *unset):
+        full_env.pop(name, None)
     handle = open(log, "w")  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(
         [CELERY, "-A", "portal", *args],

@@ -34,7 +34,10 @@ class Command(BaseCommand):
         try:
             redis_client().ping()
         except Exception as exc:
-            hint = "Check REDIS_URL." if "REDIS_URL" in _env() else "Run `make services`."
+            hint = next(
+                (f"Check {name}." for name in ("REDIS_SENTINELS", "REDIS_URL") if name in _env()),
+                "Run `make services`.",
+            )
             problems.append(
                 f"Cannot connect to Redis at {redact(settings.REDIS_URL)}: {_first_line(exc)} {hint}"
             )
