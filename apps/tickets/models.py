@@ -232,6 +232,8 @@ class IncidentBroadcast(models.Model):
 
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="broadcasts")
     body = models.TextField()
+    # Sent instead of `body` to requesters who chose German (empty: everyone gets `body`).
+    body_de = models.TextField(blank=True)
     solve = models.BooleanField(default=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
