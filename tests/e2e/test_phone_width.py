@@ -60,7 +60,12 @@ PAGES = {
         "/firewalls/",
         "/firewalls/pl-nat1/",
     ],
-    "sue": ["/support/tickets/", "/support/incidents/", "/support/incidents/{incident}/"],
+    "sue": [
+        "/support/tickets/",
+        "/support/incidents/",
+        "/support/incidents/{incident}/",
+        "/support/stats/",
+    ],
     "ada": ["/system/"],
 }
 
