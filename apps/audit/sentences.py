@@ -117,6 +117,9 @@ SENTENCES: dict[str, tuple[Promise, ...]] = {
     "ticket.member_post": (gettext_lazy("{actor} wrote on {object}"),),
     "ticket.mail_reply": (gettext_lazy("A mail was added to {object}"),),
     "ticket.mass_reply": (gettext_lazy("{actor} answered {object} with a reply to all"),),
+    "ticket.sender_confirm": (
+        gettext_lazy("{actor} confirmed that the mail of {object} came from its member"),
+    ),
     "ticket.incident_link": (gettext_lazy("{actor} linked {object} to an incident"),),
     "incident.declare": (gettext_lazy("{actor} declared the incident {object}"),),
     "incident.update": (gettext_lazy("{actor} published an update on {object}"),),

@@ -165,6 +165,19 @@ def ticket_stats(*, days: int = 30) -> dict[str, Any]:
     return {"days": out, "summary": summary}
 
 
+def user_for_email(address: str) -> Any | None:
+    """The one user with this e-mail address (case-insensitive), or None when none or several."""
+    if not address:
+        return None
+    users = list(get_user_model().objects.filter(email__iexact=address, is_active=True)[:2])
+    return users[0] if len(users) == 1 else None
+
+
+def ticket_claimed_member(*, ticket: Ticket) -> Any | None:
+    """The user whose address an unverified mail ticket bears (None when verified or nobody's)."""
+    return user_for_email(ticket.requester_email) if ticket.sender_unverified else None
+
+
 def ticket_member_context(*, actor: Any, ticket: Ticket) -> dict[str, Any]:
     """The requester's network context beside a ticket, in a constant number of queries.
 

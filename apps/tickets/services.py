@@ -12,11 +12,11 @@ from typing import Any
 
 from django.apps import apps as django_apps
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.mail import EmailMessage, get_connection
 from django.db import DatabaseError, models, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone, translation
+from django.utils.crypto import constant_time_compare
 from django.utils.translation import gettext as _
 
 from apps.tickets.choices import (
@@ -39,11 +39,12 @@ from apps.tickets.models import (
     Ticket,
     TicketEvent,
 )
+from apps.tickets.selectors import user_for_email
 from apps.tickets.status import status_cache_refresh
 
 log = logging.getLogger(__name__)
-User = get_user_model()
-SUBJECT_TAG = re.compile(r"\[#(\d{1,12})\]")
+# "[#12:3fa9c01b2e]" (number and reply token); "[#12]" as written by hand or by older mails.
+SUBJECT_TAG = re.compile(r"\[#(\d{1,12})(?::([0-9a-f]{10}))?\]")
 UNSET: Any = object()
 
 
@@ -76,14 +77,6 @@ def queue_default() -> Queue:
     """The queue new tickets land in."""
     queue, _created = Queue.objects.get_or_create(slug="support", defaults={"name": "Support"})
     return queue
-
-
-def _user_for_email(address: str) -> Any | None:
-    """The one user with this e-mail address (case-insensitive), or None when none or several."""
-    if not address:
-        return None
-    users = list(User.objects.filter(email__iexact=address, is_active=True)[:2])
-    return users[0] if len(users) == 1 else None
 
 
 def _msgid(ticket: Ticket) -> str:
@@ -183,7 +176,11 @@ def inbound_process(*, inbound: InboundMail) -> InboundMail:
     """Parse and ingest one stored mail; broken mail is quarantined, never lost."""
     envelope_from = inbound.envelope_from if inbound.source == "smtp" else None
     try:
-        parsed = parse_mail(bytes(inbound.raw), envelope_from=envelope_from)
+        parsed = parse_mail(
+            bytes(inbound.raw),
+            envelope_from=envelope_from,
+            trusted_authserv_ids=settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS,
+        )
         with transaction.atomic():
             message, duplicate = mail_ingest(parsed=parsed)
             inbound.status = InboundStatus.DUPLICATE if duplicate else InboundStatus.PROCESSED
@@ -217,7 +214,10 @@ def _quarantine(inbound: InboundMail, reason: str) -> None:
 
 
 def _ticket_for_reply(parsed: ParsedMail) -> Ticket | None:
-    """The ticket this mail answers: by Message-ID headers, else by [#n] from the requester."""
+    """The ticket this mail answers, only when the mail proves it belongs there: it answers one
+    of the ticket's messages (In-Reply-To/References), or quotes the ticket's reply token in
+    its subject; a bare number ("[#12]") only from the requester's address and with a trusted
+    server's word that the address is genuine (From can be forged, numbers guessed)."""
     ids = parsed.thread_ids
     if ids:
         found = (
@@ -229,15 +229,28 @@ def _ticket_for_reply(parsed: ParsedMail) -> Ticket | None:
         if found is not None:
             return found.ticket
     match = SUBJECT_TAG.search(parsed.subject)
-    if match:
-        ticket = Ticket.objects.filter(pk=int(match.group(1))).select_related("requester").first()
-        # The number alone is guessable: only the requester may thread by it.
-        if ticket is not None and parsed.from_email in {
-            ticket.requester_email.lower(),
-            (ticket.requester.email.lower() if ticket.requester else ""),
-        }:
-            return ticket
-    return None
+    if match is None:
+        return None
+    ticket = Ticket.objects.filter(pk=int(match.group(1))).select_related("requester").first()
+    if ticket is None:
+        return None
+    if match.group(2) and constant_time_compare(match.group(2), ticket.reply_token):
+        return ticket
+    from_requester = parsed.from_email in {
+        ticket.requester_email.lower(),
+        (ticket.requester.email.lower() if ticket.requester else ""),
+    }
+    return ticket if from_requester and parsed.sender_authenticated else None
+
+
+def _new_ticket_requester(parsed: ParsedMail) -> tuple[Any | None, bool]:
+    """(the user a new mail ticket belongs to, whether its sender is unverified): mail from a
+    member's address is theirs only when a trusted server vouched for the address; otherwise
+    the ticket stays unlinked, marked, until staff confirm."""
+    user = user_for_email(parsed.from_email)
+    if user is None or parsed.sender_authenticated:
+        return user, False
+    return None, True
 
 
 def mail_ingest(*, parsed: ParsedMail) -> tuple[Message, bool]:
@@ -253,9 +266,10 @@ def mail_ingest(*, parsed: ParsedMail) -> tuple[Message, bool]:
         ticket = None  # closed is final: a new ticket, which mentions the old one
     created = ticket is None
     if created:
-        requester = _user_for_email(parsed.from_email)
+        requester, unverified = _new_ticket_requester(parsed)
         ticket = Ticket.objects.create(
             requester=requester,
+            sender_unverified=unverified,
             requester_email=parsed.from_email,
             requester_name=parsed.from_name,
             subject=SUBJECT_TAG.sub("", parsed.subject).strip()[:300] or _("(no subject)"),
@@ -405,6 +419,24 @@ def inbound_dismiss(*, inbound: InboundMail, actor: Any) -> InboundMail:
     inbound.save(update_fields=["status", "handled_by"])
     _audit(actor=actor, action="mail.dismiss", obj=inbound)
     return inbound
+
+
+@transaction.atomic
+def ticket_sender_confirm(*, ticket: Ticket, actor: Any) -> Ticket:
+    """Staff checked that an unverified mail really came from the member whose address it
+    bears: the ticket becomes theirs (the member sees it, and its context shows beside it)."""
+    ticket = Ticket.objects.select_for_update().get(pk=ticket.pk)
+    if not ticket.sender_unverified:
+        return ticket
+    member = user_for_email(ticket.requester_email)
+    if member is None:
+        raise TicketError(
+            _("No member has the address %(email)s any more.") % {"email": ticket.requester_email}
+        )
+    ticket.requester, ticket.sender_unverified = member, False
+    ticket.save(update_fields=["requester", "sender_unverified", "updated_at"])
+    _audit(actor=actor, action="ticket.sender_confirm", obj=ticket, ticket=ticket)
+    return ticket
 
 
 # --- tickets from people ---------------------------------------------------------------------

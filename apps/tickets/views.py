@@ -158,6 +158,7 @@ class TicketDetailView(SupportRequiredMixin, View):
             "canned": CannedResponse.objects.all(),
             "requester_tickets": requester_tickets,
             "context": selectors.ticket_member_context(actor=request.user, ticket=ticket),
+            "claimed_member": selectors.ticket_claimed_member(ticket=ticket),
         }
 
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
@@ -194,6 +195,14 @@ class TicketDetailView(SupportRequiredMixin, View):
                     services.ticket_update(ticket=ticket, actor=request.user, **form.cleaned_data)
                     messages.success(request, _("Ticket updated."))
                     return redirect("tickets:ticket_detail", pk=pk)
+            elif action == "confirm_sender":
+                ticket = services.ticket_sender_confirm(ticket=ticket, actor=request.user)
+                messages.success(
+                    request,
+                    _("Sender confirmed: the ticket now belongs to %(name)s.")
+                    % {"name": ticket.requester_display},
+                )
+                return redirect("tickets:ticket_detail", pk=pk)
             else:
                 raise Http404
         except services.TicketError as exc:

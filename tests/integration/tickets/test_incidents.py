@@ -84,7 +84,7 @@ def test_mass_reply_threads_each_ticket_and_is_idempotent(listener, smtp_sink):
         ticket = Ticket.objects.get(requester_email=f"p{n}@example.org")
         assert reply["In-Reply-To"] == original["Message-ID"]
         assert original["Message-ID"] in reply["References"]
-        assert f"[#{ticket.pk}]" in reply["Subject"]
+        assert ticket.subject_tag in reply["Subject"]
         assert f"Dear Person, the uplink is back (#{ticket.pk})." in reply.get_content()
         assert ticket.status == TicketStatus.WAITING
         assert ticket.first_response_at
