@@ -53,3 +53,13 @@ def firewall_redis_clean():
     clean()
     yield
     clean()
+
+
+@pytest.fixture(autouse=True)
+def _default_language_after_each_test():
+    """A request in German leaves German active in this thread (LocaleMiddleware activates it
+    and nothing deactivates it): the next test starts in the default language again."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()
