@@ -420,6 +420,10 @@ PORTAL_TICKET_FROM_NAME = os.environ.get("PORTAL_TICKET_FROM_NAME", "Network sup
 PORTAL_MAIL_DOMAIN = os.environ.get("PORTAL_MAIL_DOMAIN", "portal.localhost")
 PORTAL_TICKET_ACKNOWLEDGE = env_bool("PORTAL_TICKET_ACKNOWLEDGE", default=True)
 PORTAL_TICKET_ACK_PER_HOUR = env_int("PORTAL_TICKET_ACK_PER_HOUR", 5)
+# The authserv-ids (RFC 8601) of our own receiving mail servers, whose Authentication-Results
+# headers are believed: mail from a member's address that passed DMARC or aligned SPF there is
+# theirs. Empty: no header is believed, and only a ticket's own reference threads a mail.
+PORTAL_MAIL_TRUSTED_AUTHSERV_IDS = env_list("PORTAL_MAIL_TRUSTED_AUTHSERV_IDS", "")
 PORTAL_IMAP_HOST = os.environ.get("PORTAL_IMAP_HOST", "")
 PORTAL_IMAP_PORT = env_int("PORTAL_IMAP_PORT", 993)
 PORTAL_IMAP_SSL = env_bool("PORTAL_IMAP_SSL", default=True)

@@ -82,3 +82,13 @@ def enrol_second_factor(db):
         return device, codes
 
     return enrol
+
+
+@pytest.fixture(autouse=True)
+def _default_language_after_each_test():
+    """A request in German leaves German active in this thread (LocaleMiddleware activates it
+    and nothing deactivates it): the next test starts in the default language again."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()
