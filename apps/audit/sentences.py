@@ -34,6 +34,19 @@ __all__ = ["GENERIC_VERBS", "SENTENCES", "audit_sentence", "cause_sentences", "s
 
 
 SENTENCES: dict[str, tuple[Promise, ...]] = {
+    # Sign-in (the second step) and personal data
+    "account.second_factor_enable": (gettext_lazy("{actor} turned on the second sign-in step"),),
+    "account.second_factor_disable": (gettext_lazy("{actor} turned off the second sign-in step"),),
+    "account.recovery_codes_regenerate": (gettext_lazy("{actor} made new recovery codes"),),
+    "account.second_factor_failed": (gettext_lazy("{actor} gave a wrong sign-in code"),),
+    "account.second_factor_locked": (
+        gettext_lazy("{actor} gave too many wrong sign-in codes: locked until {new_locked_until}"),
+        gettext_lazy("{actor} gave too many wrong sign-in codes: locked for a while"),
+    ),
+    "member.data_export": (gettext_lazy("{actor} downloaded the personal data of {object}"),),
+    "member.erase": (
+        gettext_lazy("The personal data of {object} was erased (end of the retention period)"),
+    ),
     # Membership
     "member.sign_up": (gettext_lazy("{object} signed up online"),),
     "member.register": (
