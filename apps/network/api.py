@@ -543,6 +543,12 @@ class TestAccessInputSerializer(serializers.Serializer):
     profile = serializers.IntegerField(required=False, help_text="Default: the default profile.")
 
 
+class TestAccessEndInputSerializer(serializers.Serializer):
+    __test__ = False  # not a pytest class
+
+    note = serializers.CharField(max_length=200, required=False, allow_blank=True)
+
+
 def _test_accesses(actor: Any) -> QuerySet[Member]:
     return (
         Member.objects.visible_to(actor)
@@ -620,13 +626,81 @@ class TestAccessDetailAPI(generics.RetrieveAPIView):
             raise _refusal(exc) from None
         return Response(TestAccessOutputSerializer(self.get_object()).data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(request=TestAccessEndInputSerializer, responses={204: None})
     def delete(self, request: Request, pk: int) -> Response:
         member = self.get_object()
         if not has_role(request.user, *STAFF_ROLES):
             raise PermissionDenied
+        data = TestAccessEndInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
         try:
-            member_test_access_end(member=member, actor=request.user)
+            member_test_access_end(
+                member=member, note=data.validated_data.get("note", ""), actor=request.user
+            )
         except NetworkError as exc:
             raise _refusal(exc) from None
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- test from outside (the Test button of a forward or an opening) ---------------------------
+
+
+class ProbeResultSerializer(serializers.Serializer):
+    protocol = serializers.CharField(help_text="tcp or udp")
+    address = serializers.CharField()
+    port = serializers.IntegerField()
+    result = serializers.ChoiceField(
+        choices=["reachable", "refused", "no-answer", "open-or-filtered"]
+    )
+    rtt_ms = serializers.FloatField(allow_null=True)
+    cached = serializers.BooleanField(help_text="An answer from the last minute, reused.")
+    label = serializers.CharField(help_text="The result in words, in the request's language.")
+
+
+def _probe_response(run: Any) -> Response:
+    from apps.network.probe import ProbeRefused
+
+    try:
+        results = run()
+    except ProbeRefused as exc:
+        raise ValidationError({"non_field_errors": [str(exc)]}) from None
+    return Response(ProbeResultSerializer(results, many=True).data)
+
+
+class PortForwardProbeAPI(generics.GenericAPIView):
+    """Test the forward from outside (its first public port, per protocol); 400 says why a test
+    cannot run (no probe host, hourly limit, forward disabled)."""
+
+    serializer_class = ProbeResultSerializer
+
+    def get_queryset(self) -> QuerySet[PortForward]:
+        return _forwards(self.request.user)
+
+    @extend_schema(request=None, responses=ProbeResultSerializer(many=True))
+    def post(self, request: Request, pk: int) -> Response:
+        from apps.network.probe import ProbeRefused, forward_probe
+
+        forward = self.get_object()
+
+        def run() -> Any:
+            if forward.public_address is None:
+                raise ProbeRefused(gettext("The forward has no public address to test."))
+            return forward_probe(actor=request.user, forward=forward)
+
+        return _probe_response(run)
+
+
+class Ipv6OpeningProbeAPI(generics.GenericAPIView):
+    """Test the opening from outside (its first port, per protocol); 400 says why not."""
+
+    serializer_class = ProbeResultSerializer
+
+    def get_queryset(self) -> QuerySet[Ipv6Opening]:
+        return _openings(self.request.user)
+
+    @extend_schema(request=None, responses=ProbeResultSerializer(many=True))
+    def post(self, request: Request, pk: int) -> Response:
+        from apps.network.probe import opening_probe
+
+        opening = self.get_object()
+        return _probe_response(lambda: opening_probe(actor=request.user, opening=opening))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.http import Http404
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import (
     OpenApiParameter,
     extend_schema,
@@ -19,7 +20,7 @@ from apps.accounts.roles import Role, has_role, role_permission
 from apps.members.models import Building
 from apps.tickets import selectors, services
 from apps.tickets.choices import IncidentPhase, IncidentSeverity, MessageKind, TicketStatus
-from apps.tickets.models import Incident, Ticket
+from apps.tickets.models import Incident, Queue, Ticket
 
 IsSupportRole = role_permission(Role.SUPPORT)
 
@@ -311,3 +312,132 @@ class IncidentDetailAPI(APIView):
         except services.TicketError as exc:
             raise serializers.ValidationError({"detail": str(exc)}) from exc
         return Response({"done": done})
+
+
+# --- one endpoint per action (support staff; the same services and audit as the pages) ---------
+
+
+class TicketUpdateAPI(APIView):
+    """Support: change a ticket's status, assignee, queue, tags or incident (each change is one
+    event, as on the ticket page)."""
+
+    permission_classes = [IsSupportRole]
+
+    class InputSerializer(serializers.Serializer):
+        status = serializers.ChoiceField(choices=TicketStatus.choices, required=False)
+        assignee = serializers.PrimaryKeyRelatedField(
+            queryset=selectors.support_staff(), allow_null=True, required=False
+        )
+        queue = serializers.SlugRelatedField(
+            slug_field="slug", queryset=Queue.objects.all(), allow_null=True, required=False
+        )
+        tags = serializers.ListField(
+            child=serializers.CharField(max_length=40), max_length=50, required=False
+        )
+        incident = serializers.PrimaryKeyRelatedField(
+            queryset=Incident.objects.all(), allow_null=True, required=False
+        )
+
+        class Meta:
+            ref_name = "TicketFieldsInput"
+
+    @extend_schema(request=InputSerializer, responses=TicketListAPI.OutputSerializer)
+    def patch(self, request: Request, pk: int) -> Response:
+        try:
+            ticket = selectors.ticket_get(actor=request.user, pk=pk)
+        except Ticket.DoesNotExist:
+            raise Http404 from None
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        incident = values.get("incident")
+        if incident is not None and incident.ended_at and incident.pk != ticket.incident_id:
+            raise serializers.ValidationError(
+                {"incident": [_("This incident has ended; choose a current one.")]}
+            )
+        ticket = services.ticket_update(ticket=ticket, actor=request.user, **values)
+        return Response(TicketListAPI.OutputSerializer(ticket).data)
+
+
+class IncidentUpdateAPI(APIView):
+    """Support: publish an update on an incident (the status page shows it)."""
+
+    permission_classes = [IsSupportRole]
+
+    class InputSerializer(serializers.Serializer):
+        body = serializers.CharField()
+        phase = serializers.ChoiceField(choices=IncidentPhase.choices)
+
+        class Meta:
+            ref_name = "IncidentUpdateInput"
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={
+            201: inline_serializer("IncidentUpdateOutput", {"id": serializers.IntegerField()})
+        },
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        incident = IncidentDetailAPI()._incident(request, pk)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            update = services.incident_update_post(
+                incident=incident, actor=request.user, **data.validated_data
+            )
+        except services.TicketError as exc:
+            raise serializers.ValidationError({"body": [str(exc)]}) from exc
+        return Response({"id": update.pk}, status=status.HTTP_201_CREATED)
+
+
+class IncidentTicketsAPI(APIView):
+    """Support: link tickets to an incident by number (POST), or unlink one (DELETE …/{ticket}/)."""
+
+    permission_classes = [IsSupportRole]
+
+    class InputSerializer(serializers.Serializer):
+        tickets = serializers.ListField(
+            child=serializers.IntegerField(min_value=1), min_length=1, max_length=500
+        )
+
+        class Meta:
+            ref_name = "IncidentLinkInput"
+
+    @extend_schema(
+        request=InputSerializer,
+        responses=inline_serializer(
+            "IncidentLinkOutput",
+            {
+                "linked": serializers.IntegerField(),
+                "missing": serializers.ListField(child=serializers.IntegerField()),
+            },
+        ),
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        incident = IncidentDetailAPI()._incident(request, pk)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        wanted = data.validated_data["tickets"]
+        tickets = list(selectors.ticket_list(actor=request.user, filters={}).filter(pk__in=wanted))
+        missing = sorted(set(wanted) - {t.pk for t in tickets})
+        if not tickets:
+            raise serializers.ValidationError(
+                {"tickets": [_("There is no such ticket: %(n)s") % {"n": missing}]}
+            )
+        count = services.incident_tickets_link(
+            incident=incident, tickets=tickets, actor=request.user
+        )
+        return Response({"linked": count, "missing": missing})
+
+
+class IncidentTicketUnlinkAPI(APIView):
+    permission_classes = [IsSupportRole]
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, pk: int, ticket: int) -> Response:
+        incident = IncidentDetailAPI()._incident(request, pk)
+        tickets = incident.tickets.filter(pk=ticket)
+        if not tickets.exists():
+            raise Http404
+        services.incident_tickets_link(incident=None, tickets=tickets, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
