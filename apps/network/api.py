@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django import forms
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.http import Http404
@@ -47,14 +48,21 @@ from apps.network.services import (
 )
 
 
+class IPAddressFilter(django_filters.Filter):
+    """An exact address of one family; anything else is refused (400), never sent to
+    PostgreSQL's inet parser (which answered `x` with a 500)."""
+
+    field_class = forms.GenericIPAddressField
+
+
 class DeviceFilter(django_filters.FilterSet):
     member = django_filters.NumberFilter(field_name="member_id")
     building = django_filters.CharFilter(
         field_name="member__room__building__code", lookup_expr="iexact"
     )
     mac = django_filters.CharFilter(method="filter_mac", help_text="Any common notation.")
-    ipv4 = django_filters.CharFilter()
-    ipv6 = django_filters.CharFilter()
+    ipv4 = IPAddressFilter(protocol="IPv4", help_text="An IPv4 address, e.g. 10.100.1.20.")
+    ipv6 = IPAddressFilter(protocol="IPv6", help_text="An IPv6 address, e.g. 2001:db8:100::20.")
 
     class Meta:
         model = Device
@@ -238,6 +246,14 @@ class DeviceDetailAPI(generics.RetrieveAPIView):
 
 class PortRangeSerializerField(serializers.CharField):
     """`8080` or `8000-8010` in, a PortRange out; null or "" -> None where allowed."""
+
+    def run_validation(self, data: Any = serializers.empty) -> PortRange | None:
+        # CharField answers "" itself, before to_internal_value: here "" means "none" (None).
+        if isinstance(data, str) and not data.strip():
+            if not self.allow_blank:
+                self.fail("blank")
+            return None
+        return super().run_validation(data)
 
     def to_internal_value(self, data: Any) -> PortRange | None:  # type: ignore[override]
         text = super().to_internal_value(data)
@@ -522,12 +538,20 @@ class TestAccessOutputSerializer(serializers.Serializer):
     __test__ = False  # not a pytest class
 
     member = serializers.IntegerField(source="pk")
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=MemberStatus.choices)
     until = serializers.DateField(source="test_access_until", help_text="The last day.")
-    profile = serializers.IntegerField(source="test_access.profile_id", default=None)
-    profile_name = serializers.CharField(source="test_access.profile.name", default=None)
-    down_kbit = serializers.IntegerField(source="test_access.profile.down_kbit", default=None)
-    up_kbit = serializers.IntegerField(source="test_access.profile.up_kbit", default=None)
+    profile = serializers.IntegerField(
+        source="test_access.profile_id", default=None, allow_null=True
+    )
+    profile_name = serializers.CharField(
+        source="test_access.profile.name", default=None, allow_null=True
+    )
+    down_kbit = serializers.IntegerField(
+        source="test_access.profile.down_kbit", default=None, allow_null=True
+    )
+    up_kbit = serializers.IntegerField(
+        source="test_access.profile.up_kbit", default=None, allow_null=True
+    )
     notice_sent = serializers.SerializerMethodField()
 
     def get_notice_sent(self, member: Member) -> bool:

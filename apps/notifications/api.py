@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.api import PageQuerySerializer, paginated, query_validate
 from apps.members.models import Member
 from apps.members.selectors import member_of_user
 from apps.notifications.choices import NoticeKind
@@ -32,8 +33,12 @@ class NoticeOutputSerializer(serializers.ModelSerializer):
 class NoticeListAPI(APIView):
     """The caller's notices, newest first."""
 
-    @extend_schema(responses=NoticeOutputSerializer(many=True))
+    @extend_schema(
+        parameters=[PageQuerySerializer],
+        responses=paginated(NoticeOutputSerializer(many=True), "PaginatedNoticeList"),
+    )
     def get(self, request: Request) -> Response:
+        query_validate(request, PageQuerySerializer)
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(notice_list(actor=request.user), request, view=self)
         return paginator.get_paginated_response(NoticeOutputSerializer(page, many=True).data)

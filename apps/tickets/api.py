@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.http import Http404
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import (
-    OpenApiParameter,
     extend_schema,
     extend_schema_field,
     inline_serializer,
@@ -17,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.roles import Role, has_role, role_permission
+from apps.core.api import SlugRelatedField, paginated, query_validate
 from apps.members.models import Building
 from apps.tickets import selectors, services
 from apps.tickets.choices import IncidentPhase, IncidentSeverity, MessageKind, TicketStatus
@@ -24,14 +24,31 @@ from apps.tickets.models import Incident, Queue, Ticket
 
 IsSupportRole = role_permission(Role.SUPPORT)
 
-TICKET_FILTERS = [
-    OpenApiParameter("search", str, description="Words in subject, sender or message text"),
-    OpenApiParameter("status", str, enum=["active", *TicketStatus.values]),
-    OpenApiParameter("queue", str, description="Queue slug"),
-    OpenApiParameter("assignee", str, description="'me', 'none' or a user id"),
-    OpenApiParameter("incident", str, description="'any', 'none' or an incident id"),
-    OpenApiParameter("tag", str),
-]
+
+class TicketQuerySerializer(serializers.Serializer):
+    """The ticket list's filters; anything else, or a value of the wrong shape, answers 400."""
+
+    search = serializers.CharField(
+        required=False, max_length=200, help_text="Words in subject, sender or message text"
+    )
+    status = serializers.ChoiceField(choices=["active", *TicketStatus.values], required=False)
+    queue = serializers.SlugField(required=False, max_length=50, help_text="Queue slug")
+    assignee = serializers.RegexField(
+        r"^(me|none|[0-9]{1,10})$", required=False, help_text="'me', 'none' or a user id"
+    )
+    incident = serializers.RegexField(
+        r"^(any|none|[0-9]{1,10})$", required=False, help_text="'any', 'none' or an incident id"
+    )
+    tag = serializers.CharField(required=False, max_length=40)
+    page = serializers.IntegerField(required=False, min_value=1)
+
+    class Meta:
+        ref_name = "TicketQuery"
+
+
+class IncidentQuerySerializer(serializers.Serializer):
+    current = serializers.BooleanField(required=False, help_text="Only incidents not ended")
+    page = serializers.IntegerField(required=False, min_value=1)
 
 
 class TicketListAPI(APIView):
@@ -39,8 +56,10 @@ class TicketListAPI(APIView):
 
     class OutputSerializer(serializers.ModelSerializer):
         number = serializers.CharField()
-        assignee = serializers.CharField(source="assignee.get_username", default=None)
-        queue = serializers.CharField(source="queue.slug", default=None)
+        assignee = serializers.CharField(
+            source="assignee.get_username", default=None, allow_null=True
+        )
+        queue = serializers.CharField(source="queue.slug", default=None, allow_null=True)
 
         class Meta:
             model = Ticket
@@ -70,9 +89,12 @@ class TicketListAPI(APIView):
         class Meta:
             ref_name = "TicketCreateInput"
 
-    @extend_schema(parameters=TICKET_FILTERS, responses=OutputSerializer(many=True))
+    @extend_schema(
+        parameters=[TicketQuerySerializer],
+        responses=paginated(OutputSerializer(many=True), "PaginatedTicketList"),
+    )
     def get(self, request: Request) -> Response:
-        filters = request.query_params
+        filters = query_validate(request, TicketQuerySerializer)
         tickets = selectors.ticket_list(actor=request.user, filters=filters)
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(tickets, request, view=self)
@@ -108,8 +130,10 @@ class TicketDetailAPI(APIView):
 
     class OutputSerializer(serializers.ModelSerializer):
         number = serializers.CharField()
-        assignee = serializers.CharField(source="assignee.get_username", default=None)
-        queue = serializers.CharField(source="queue.slug", default=None)
+        assignee = serializers.CharField(
+            source="assignee.get_username", default=None, allow_null=True
+        )
+        queue = serializers.CharField(source="queue.slug", default=None, allow_null=True)
         messages = serializers.SerializerMethodField()
 
         class Meta:
@@ -225,7 +249,7 @@ class IncidentListAPI(APIView):
         title = serializers.CharField(max_length=200)
         description = serializers.CharField(required=False, allow_blank=True, default="")
         severity = serializers.ChoiceField(choices=IncidentSeverity.choices, default="major")
-        buildings = serializers.SlugRelatedField(
+        buildings = SlugRelatedField(
             slug_field="code", many=True, queryset=Building.objects.all(), required=False
         )
         affected = serializers.ListField(child=serializers.CharField(max_length=80), default=list)
@@ -237,11 +261,11 @@ class IncidentListAPI(APIView):
             ref_name = "IncidentDeclareInput"
 
     @extend_schema(
-        parameters=[OpenApiParameter("current", bool, description="Only incidents not ended")],
-        responses=OutputSerializer(many=True),
+        parameters=[IncidentQuerySerializer],
+        responses=paginated(OutputSerializer(many=True), "PaginatedIncidentList"),
     )
     def get(self, request: Request) -> Response:
-        current = request.query_params.get("current") in {"1", "true", "yes"}
+        current = query_validate(request, IncidentQuerySerializer).get("current", False)
         incidents = selectors.incident_list(actor=request.user, current_only=current)
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(incidents, request, view=self)
@@ -328,7 +352,7 @@ class TicketUpdateAPI(APIView):
         assignee = serializers.PrimaryKeyRelatedField(
             queryset=selectors.support_staff(), allow_null=True, required=False
         )
-        queue = serializers.SlugRelatedField(
+        queue = SlugRelatedField(
             slug_field="slug", queryset=Queue.objects.all(), allow_null=True, required=False
         )
         tags = serializers.ListField(
