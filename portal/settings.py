@@ -409,6 +409,16 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["apps.core.api.StrictFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Redis-backed (apps/accounts/throttle.py): 429 with Retry-After past PORTAL_THROTTLE_RATES.
+    "DEFAULT_THROTTLE_CLASSES": ["apps.accounts.throttle.TokenRateThrottle"],
+}
+# Rate limits, "N/s|m|h|d" (fixed windows in Redis): every API request per token (or session
+# user); tickets a member opens (API and page); password-reset mails per address and per client.
+PORTAL_THROTTLE_RATES = {
+    "api": os.environ.get("PORTAL_THROTTLE_API", "1000/m"),
+    "ticket_create": os.environ.get("PORTAL_THROTTLE_TICKET_CREATE", "10/h"),
+    "password_reset_address": os.environ.get("PORTAL_THROTTLE_RESET_ADDRESS", "3/h"),
+    "password_reset_client": os.environ.get("PORTAL_THROTTLE_RESET_CLIENT", "10/h"),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Network portal API",

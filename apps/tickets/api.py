@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.roles import Role, has_role, role_permission
+from apps.accounts.throttle import TicketCreateThrottle, TokenRateThrottle
 from apps.core.api import SlugRelatedField, paginated, query_validate
 from apps.members.models import Building
 from apps.tickets import selectors, services
@@ -52,7 +53,10 @@ class IncidentQuerySerializer(serializers.Serializer):
 
 
 class TicketListAPI(APIView):
-    """List visible tickets (filters and ?search=) or open one as the requester."""
+    """List visible tickets (filters and ?search=) or open one as the requester (limited per
+    member: PORTAL_THROTTLE_RATES["ticket_create"], then 429 with Retry-After)."""
+
+    throttle_classes = [TokenRateThrottle, TicketCreateThrottle]
 
     class OutputSerializer(serializers.ModelSerializer):
         number = serializers.CharField()
