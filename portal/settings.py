@@ -433,6 +433,9 @@ SPECTACULAR_SETTINGS = {
 SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {})["TicketStatusEnum"] = (
     "apps.tickets.choices.TicketStatus"
 )
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]["MemberStatusEnum"] = (
+    "apps.members.choices.MemberStatus"
+)
 
 # --- Security (production: DEBUG=0) ---------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True

@@ -36,6 +36,7 @@ class NoticeListAPI(APIView):
     @extend_schema(
         parameters=[PageQuerySerializer],
         responses=paginated(NoticeOutputSerializer(many=True), "PaginatedNoticeList"),
+        operation_id="notices_list",
     )
     def get(self, request: Request) -> Response:
         query_validate(request, PageQuerySerializer)

@@ -96,6 +96,7 @@ class TicketListAPI(APIView):
     @extend_schema(
         parameters=[TicketQuerySerializer],
         responses=paginated(OutputSerializer(many=True), "PaginatedTicketList"),
+        operation_id="tickets_list",
     )
     def get(self, request: Request) -> Response:
         filters = query_validate(request, TicketQuerySerializer)
@@ -267,6 +268,7 @@ class IncidentListAPI(APIView):
     @extend_schema(
         parameters=[IncidentQuerySerializer],
         responses=paginated(OutputSerializer(many=True), "PaginatedIncidentList"),
+        operation_id="incidents_list",
     )
     def get(self, request: Request) -> Response:
         current = query_validate(request, IncidentQuerySerializer).get("current", False)
