@@ -10,7 +10,9 @@ from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
+from rest_framework.response import Response
 
 # Parameters every list understands (DRF's page number pagination).
 PAGING = frozenset({"page"})
@@ -51,6 +53,15 @@ class StrictFilterBackend(DjangoFilterBackend):
 
 class PageQuerySerializer(serializers.Serializer):
     page = serializers.IntegerField(required=False, min_value=1)
+
+
+def page_response(
+    request: Request, rows: Any, serializer_class: type[serializers.Serializer], view: Any
+) -> Response:
+    """One page of `rows` (?page=) in the envelope `paginated()` documents."""
+    paginator = PageNumberPagination()
+    page = paginator.paginate_queryset(rows, request, view=view)
+    return paginator.get_paginated_response(serializer_class(page, many=True).data)
 
 
 def paginated(serializer: serializers.Serializer, name: str) -> serializers.Serializer:

@@ -10,18 +10,29 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from rest_framework import serializers, status
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.roles import Role, has_role, role_permission
 from apps.accounts.throttle import TicketCreateThrottle, TokenRateThrottle
-from apps.core.api import SlugRelatedField, paginated, query_validate
+from apps.core.api import (
+    PageQuerySerializer,
+    SlugRelatedField,
+    page_response,
+    paginated,
+    query_validate,
+)
 from apps.members.models import Building
 from apps.tickets import selectors, services
-from apps.tickets.choices import IncidentPhase, IncidentSeverity, MessageKind, TicketStatus
-from apps.tickets.models import Incident, Queue, Ticket
+from apps.tickets.choices import (
+    InboundStatus,
+    IncidentPhase,
+    IncidentSeverity,
+    MessageKind,
+    TicketStatus,
+)
+from apps.tickets.models import InboundMail, Incident, Queue, Ticket
 
 IsSupportRole = role_permission(Role.SUPPORT)
 
@@ -101,9 +112,7 @@ class TicketListAPI(APIView):
     def get(self, request: Request) -> Response:
         filters = query_validate(request, TicketQuerySerializer)
         tickets = selectors.ticket_list(actor=request.user, filters=filters)
-        paginator = PageNumberPagination()
-        page = paginator.paginate_queryset(tickets, request, view=self)
-        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+        return page_response(request, tickets, self.OutputSerializer, self)
 
     @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
     def post(self, request: Request) -> Response:
@@ -273,9 +282,7 @@ class IncidentListAPI(APIView):
     def get(self, request: Request) -> Response:
         current = query_validate(request, IncidentQuerySerializer).get("current", False)
         incidents = selectors.incident_list(actor=request.user, current_only=current)
-        paginator = PageNumberPagination()
-        page = paginator.paginate_queryset(incidents, request, view=self)
-        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+        return page_response(request, incidents, self.OutputSerializer, self)
 
     @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
     def post(self, request: Request) -> Response:
@@ -471,3 +478,101 @@ class IncidentTicketUnlinkAPI(APIView):
             raise Http404
         services.incident_tickets_link(incident=None, tickets=tickets, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TicketBulkAPI(APIView):
+    """Support: one inbox action on several tickets (status, assign to me, unassign, tag, link to
+    an incident), each change one event as in the inbox."""
+
+    permission_classes = [IsSupportRole]
+
+    class InputSerializer(serializers.Serializer):
+        tickets = serializers.ListField(
+            child=serializers.IntegerField(min_value=1), min_length=1, max_length=500
+        )
+        action = serializers.ChoiceField(choices=sorted(services.BULK_ACTIONS))
+        value = serializers.CharField(
+            required=False,
+            allow_blank=True,
+            max_length=40,
+            help_text="The tag (action tag) or the incident id (action incident).",
+        )
+
+        class Meta:
+            ref_name = "TicketBulkInput"
+
+    @extend_schema(
+        request=InputSerializer,
+        responses=inline_serializer("TicketBulkOutput", {"changed": serializers.IntegerField()}),
+    )
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        value: object = values.get("value", "")
+        if values["action"] == "incident":
+            number = str(value).strip().lstrip("#")
+            value = Incident.objects.filter(pk=number).first() if number.isdigit() else None
+            if value is None:  # None would unlink the tickets instead
+                raise serializers.ValidationError({"value": [_("There is no such incident.")]})
+        tickets = selectors.ticket_list(actor=request.user, filters={}).filter(
+            pk__in=values["tickets"]
+        )
+        try:
+            count = services.tickets_bulk_update(
+                tickets=list(tickets), actor=request.user, action=values["action"], value=value
+            )
+        except services.TicketError as exc:
+            raise serializers.ValidationError({"action": [str(exc)]}) from exc
+        return Response({"changed": count})
+
+
+class QuarantineOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = InboundMail
+        fields = ["id", "received_at", "source", "envelope_from", "size", "status", "error"]
+
+
+class QuarantineListAPI(APIView):
+    """Support: mail that could not become a ticket message, newest first."""
+
+    permission_classes = [IsSupportRole]
+
+    @extend_schema(
+        parameters=[PageQuerySerializer],
+        responses=paginated(QuarantineOutputSerializer(many=True), "PaginatedQuarantineList"),
+        operation_id="quarantine_list",
+    )
+    def get(self, request: Request) -> Response:
+        query_validate(request, PageQuerySerializer)
+        mails = selectors.quarantine_list(actor=request.user).order_by("-received_at", "-pk")
+        return page_response(request, mails, QuarantineOutputSerializer, self)
+
+
+def _quarantined(pk: int) -> InboundMail:
+    mail = InboundMail.objects.filter(pk=pk, status=InboundStatus.QUARANTINED).first()
+    if mail is None:
+        raise Http404
+    return mail
+
+
+class QuarantineRetryAPI(APIView):
+    """Support: read a quarantined mail again (after a fix); its status says how it went."""
+
+    permission_classes = [IsSupportRole]
+
+    @extend_schema(request=None, responses=QuarantineOutputSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        mail = services.inbound_process(inbound=_quarantined(pk))
+        return Response(QuarantineOutputSerializer(mail).data)
+
+
+class QuarantineDismissAPI(APIView):
+    """Support: the mail needs no ticket (audited)."""
+
+    permission_classes = [IsSupportRole]
+
+    @extend_schema(request=None, responses=QuarantineOutputSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        mail = services.inbound_dismiss(inbound=_quarantined(pk), actor=request.user)
+        return Response(QuarantineOutputSerializer(mail).data)

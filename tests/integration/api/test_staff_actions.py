@@ -212,3 +212,54 @@ def test_the_test_button_answers_why_it_cannot_run_and_only_for_own_forwards(mak
     assert login(other.user).post(f"/api/port-forwards/{forward.pk}/test/").status_code == 404
     assert client.post("/api/ipv6-openings/999999/test/").status_code == 404
     assert opening_device.member_id == member.pk
+
+
+def test_inbox_bulk_actions_through_the_api_are_for_support(make_user):
+    member = member_active()
+    first, second = _ticket(member.user), _ticket(member.user)
+    support_user = make_user(roles=("support",))
+    support = login(support_user)
+    body = {"tickets": [first.pk, second.pk], "action": "assign_me"}
+    assert (
+        login(member.user)
+        .post("/api/tickets/bulk/", body, content_type="application/json")
+        .status_code
+        == 403
+    )
+    done = support.post("/api/tickets/bulk/", body, content_type="application/json")
+    assert done.json() == {"changed": 2}
+    assert set(Ticket.objects.values_list("assignee", flat=True)) == {support_user.pk}
+    refused = support.post(
+        "/api/tickets/bulk/",
+        {"tickets": [first.pk], "action": "incident", "value": "#999999"},
+        content_type="application/json",
+    )
+    assert refused.status_code == 400
+    assert refused.json()["value"]
+    first.refresh_from_db()
+    assert first.incident_id is None
+    unknown = support.post(
+        "/api/tickets/bulk/",
+        {"tickets": [first.pk], "action": "delete"},
+        content_type="application/json",
+    )
+    assert unknown.status_code == 400
+
+
+def test_quarantined_mail_is_listed_and_dismissed_by_support(make_user):
+    from apps.tickets.models import InboundMail
+
+    mail = InboundMail.objects.create(
+        raw=b"Subject: x\r\n\r\nbroken body", size=20, status="quarantined", error="broken MIME"
+    )
+    support_user = make_user(roles=("support",))
+    support = login(support_user)
+    assert login(make_user(roles=("volunteer",))).get("/api/quarantine/").status_code == 403
+    listed = support.get("/api/quarantine/").json()
+    assert [m["error"] for m in listed["results"]] == ["broken MIME"]
+    dismissed = support.post(f"/api/quarantine/{mail.pk}/dismiss/")
+    assert dismissed.json()["status"] == "dismissed"
+    mail.refresh_from_db()
+    assert mail.handled_by == support_user
+    assert AuditEntry.objects.filter(action="mail.dismiss", actor=support_user).exists()
+    assert support.post(f"/api/quarantine/{mail.pk}/dismiss/").status_code == 404
