@@ -14,8 +14,8 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-# Parameters every list understands (DRF's page number pagination).
-PAGING = frozenset({"page"})
+# Parameters every endpoint understands: DRF's page number and its ?format= override.
+PAGING = frozenset({"page", "format"})
 
 
 def unknown_parameters_refuse(request: Request, known: set[str] | frozenset[str]) -> None:

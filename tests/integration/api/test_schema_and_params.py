@@ -132,6 +132,7 @@ def test_valid_ticket_filters_still_filter(make_user):
     found = support.get("/api/tickets/", {"status": "active", "search": "signal"}).json()
     assert [t["id"] for t in found["results"]] == [ticket.pk]
     assert support.get("/api/tickets/", {"assignee": "none", "page": 1}).json()["count"] == 1
+    assert support.get("/api/devices/", {"format": "json"}).status_code == 200
     assert Ticket.objects.count() == 1
 
 
