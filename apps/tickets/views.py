@@ -19,6 +19,7 @@ from django.utils.translation import ngettext
 from django.views import View
 
 from apps.accounts.roles import Role, RoleRequiredMixin
+from apps.accounts.throttle import THROTTLED_MESSAGE, retry_text, throttle_hit
 from apps.tickets import selectors, services
 from apps.tickets.charts import stats_charts
 from apps.tickets.choices import InboundStatus, TicketStatus
@@ -524,7 +525,10 @@ class MyTicketListView(LoginRequiredMixin, View):
 
     def post(self, request: HttpRequest) -> HttpResponse:
         form = TicketOpenForm(request.POST)
-        if form.is_valid():
+        wait = None
+        if form.is_valid() and (wait := throttle_hit("ticket_create", f"user:{request.user.pk}")):
+            form.add_error(None, THROTTLED_MESSAGE % {"wait": retry_text(wait)})
+        elif form.is_valid():
             try:
                 ticket = services.ticket_open(actor=request.user, **form.cleaned_data)
             except services.TicketError as exc:
@@ -542,7 +546,9 @@ class MyTicketListView(LoginRequiredMixin, View):
         response = render(
             request, "tickets/my_ticket_list.html", {"tickets": tickets[:100], "form": form}
         )
-        response.status_code = 400
+        response.status_code = 429 if wait else 400
+        if wait:
+            response["Retry-After"] = str(wait)
         return response
 
 

@@ -54,7 +54,7 @@ def data():
 
 
 PAGES = {
-    None: ["/accounts/login/", "/signup/", "/status/"],
+    None: ["/accounts/login/", "/accounts/password_reset/", "/signup/", "/status/"],
     "rita": [
         "/me/",
         "/tickets/",
