@@ -127,6 +127,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
+    "apps.core.middleware.NulByteRefusalMiddleware",  # a NUL in a query parameter: 400
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -420,6 +421,10 @@ PORTAL_TICKET_FROM_NAME = os.environ.get("PORTAL_TICKET_FROM_NAME", "Network sup
 PORTAL_MAIL_DOMAIN = os.environ.get("PORTAL_MAIL_DOMAIN", "portal.localhost")
 PORTAL_TICKET_ACKNOWLEDGE = env_bool("PORTAL_TICKET_ACKNOWLEDGE", default=True)
 PORTAL_TICKET_ACK_PER_HOUR = env_int("PORTAL_TICKET_ACK_PER_HOUR", 5)
+# The authserv-ids (RFC 8601) of our own receiving mail servers, whose Authentication-Results
+# headers are believed: mail from a member's address that passed DMARC or aligned SPF there is
+# theirs. Empty: no header is believed, and only a ticket's own reference threads a mail.
+PORTAL_MAIL_TRUSTED_AUTHSERV_IDS = env_list("PORTAL_MAIL_TRUSTED_AUTHSERV_IDS", "")
 PORTAL_IMAP_HOST = os.environ.get("PORTAL_IMAP_HOST", "")
 PORTAL_IMAP_PORT = env_int("PORTAL_IMAP_PORT", 993)
 PORTAL_IMAP_SSL = env_bool("PORTAL_IMAP_SSL", default=True)
@@ -470,8 +475,18 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["apps.core.api.StrictFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Redis-backed (apps/accounts/throttle.py): 429 with Retry-After past PORTAL_THROTTLE_RATES.
+    "DEFAULT_THROTTLE_CLASSES": ["apps.accounts.throttle.TokenRateThrottle"],
+}
+# Rate limits, "N/s|m|h|d" (fixed windows in Redis): every API request per token (or session
+# user); tickets a member opens (API and page); password-reset mails per address and per client.
+PORTAL_THROTTLE_RATES = {
+    "api": os.environ.get("PORTAL_THROTTLE_API", "1000/m"),
+    "ticket_create": os.environ.get("PORTAL_THROTTLE_TICKET_CREATE", "10/h"),
+    "password_reset_address": os.environ.get("PORTAL_THROTTLE_RESET_ADDRESS", "3/h"),
+    "password_reset_client": os.environ.get("PORTAL_THROTTLE_RESET_CLIENT", "10/h"),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Network portal API",
@@ -485,6 +500,9 @@ SPECTACULAR_SETTINGS = {
 }
 SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {})["TicketStatusEnum"] = (
     "apps.tickets.choices.TicketStatus"
+)
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]["MemberStatusEnum"] = (
+    "apps.members.choices.MemberStatus"
 )
 
 # --- Security (production: DEBUG=0) ---------------------------------------------------------

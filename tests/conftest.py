@@ -82,3 +82,26 @@ def enrol_second_factor(db):
         return device, codes
 
     return enrol
+
+
+@pytest.fixture(autouse=True)
+def _default_language_after_each_test():
+    """A request in German leaves German active in this thread (LocaleMiddleware activates it
+    and nothing deactivates it): the next test starts in the default language again."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()
+
+
+@pytest.fixture(autouse=True)
+def throttle_counters_clean():
+    """Every test starts with no rate-limit counters (they live in Redis, outside the test's
+    transaction, and the test client always comes from 127.0.0.1)."""
+    from apps.accounts.throttle import KEY_PREFIX
+    from portal.redis import redis_client
+
+    client = redis_client()
+    keys = list(client.scan_iter(f"{KEY_PREFIX}*", count=1000))
+    if keys:
+        client.delete(*keys)

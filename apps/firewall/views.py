@@ -13,6 +13,7 @@ from django.views import View
 
 from apps.accounts.roles import Role, RoleRequiredMixin, StaffRequiredMixin, has_role
 from apps.audit.selectors import audit_for_object
+from apps.audit.sentences import cause_members
 from apps.firewall.models import FirewallHost, Site
 from apps.firewall.pipeline import push_request_outcome
 from apps.firewall.selectors import host_push_log, host_versions, version_changes, version_diff
@@ -53,7 +54,7 @@ class FirewallHostDetailView(StaffRequiredMixin, View):
         sample = host.health_samples.first()
         state = next((st for st in firewall_host_states() if st.host.pk == host.pk), None)
         log_page = Paginator(host_push_log(host=host), 25).get_page(request.GET.get("log"))
-        versions = host_versions(host=host)[:50]
+        versions = list(host_versions(host=host)[:50])
         context = {
             "host": host,
             "sample": sample,
@@ -64,6 +65,7 @@ class FirewallHostDetailView(StaffRequiredMixin, View):
             "series": {**host_health_series(host=host), "tz": timezone.get_current_timezone_name()},
             "log_page": log_page,
             "versions": versions,
+            "cause_members": cause_members(v.cause for v in versions),
             "audit": Paginator(audit_for_object(obj=host), 20).get_page(
                 request.GET.get("audit_page")
             ),
@@ -131,6 +133,7 @@ class RollbackView(RoleRequiredMixin, View):
             "host": host,
             "version": version,
             "running": running,
+            "cause_members": cause_members([version.cause]),
             "changes": version_changes(old=running, new=version) if running else None,
         }
         return render(request, "firewall/rollback_confirm.html", context)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Any
 
 from django.contrib import admin, messages
@@ -20,6 +18,7 @@ from apps.audit.selectors import audit_for_object
 from apps.audit.services import audit_changes, audit_record
 from apps.members import services
 from apps.members.models import Building, Member, Room
+from apps.members.roomimport import rooms_import
 from apps.network.errors import NetworkError
 from apps.network.forms import CsvImportForm
 
@@ -84,12 +83,7 @@ class BuildingAdmin(AuditedAdmin):
         form = CsvImportForm(request.POST or None, request.FILES or None)
         if request.method == "POST" and form.is_valid():
             try:
-                text = form.cleaned_data["file"].read().decode("utf-8-sig")
-                counts = services.rooms_import(
-                    rows=csv.DictReader(io.StringIO(text)), actor=request.user
-                )
-            except UnicodeDecodeError:
-                form.add_error("file", _("The file is not UTF-8 text."))
+                counts = rooms_import(data=form.cleaned_data["file"].read(), actor=request.user)
             except NetworkError as exc:
                 form.add_error("file", exc.message)
             else:

@@ -7,13 +7,11 @@ Each is one transaction with audit rows; those that change network state schedul
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.postgres.fields.ranges import DateTimeTZRange
-from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.formats import date_format
@@ -25,7 +23,7 @@ from apps.members.choices import MemberStatus
 from apps.members.models import Building, Member, Room, RoomStay, StatusChange
 from apps.network.errors import MemberStateError, NetworkError
 from apps.network.hooks import network_changed_on_commit
-from apps.network.models import Device, ShapingProfile, Subnet, TestAccess
+from apps.network.models import Device, ShapingProfile, TestAccess
 from apps.network.services import (
     _device_delete,
     devices_readdress,
@@ -34,7 +32,6 @@ from apps.network.services import (
     public_ipv4_release,
     room_ipv6_prefix_next,
     room_require_subnet,
-    subnet_create,
 )
 
 User = get_user_model()
@@ -474,60 +471,3 @@ def room_create(*, building: Building, number: str, actor: Any) -> Room:
         changes=audit_changes({}, {"label": room.label, "ipv6_prefix": room.ipv6_prefix}),
     )
     return room
-
-
-class ImportError_(NetworkError):
-    """A CSV line that cannot be imported; nothing of the file was imported."""
-
-
-IMPORT_COLUMNS = ("building", "building_name", "room", "ipv4_subnet", "ipv6_prefix")
-
-
-def rooms_import(*, rows: Iterable[Mapping[str, str]], actor: Any) -> dict[str, int]:
-    """Buildings and rooms from CSV rows (columns IMPORT_COLUMNS); all or nothing.
-
-    Existing buildings and rooms are left as they are, so importing the same file twice
-    changes nothing. Counts of what was created are returned.
-    """
-    counts = {"buildings": 0, "rooms": 0, "subnets": 0, "unchanged": 0}
-    with transaction.atomic():
-        buildings = {b.code: b for b in Building.objects.all()}
-        for line, row in enumerate(rows, start=2):
-            code = (row.get("building") or "").strip()
-            number = (row.get("room") or "").strip()
-            if not code or not number:
-                raise ImportError_(
-                    _("Line %(line)d: the columns “building” and “room” must not be empty.")
-                    % {"line": line}
-                )
-            try:
-                building = buildings.get(code)
-                if building is None:
-                    building = building_create(
-                        code=code, name=(row.get("building_name") or code).strip(), actor=actor
-                    )
-                    buildings[code] = building
-                    counts["buildings"] += 1
-                for column in ("ipv4_subnet", "ipv6_prefix"):
-                    value = (row.get(column) or "").strip()
-                    if (
-                        value
-                        and not Subnet.objects.filter(building=building, network=value).exists()
-                    ):
-                        subnet_create(building=building, network=value, actor=actor)
-                        counts["subnets"] += 1
-                if Room.objects.filter(building=building, number=number).exists():
-                    counts["unchanged"] += 1
-                    continue
-                room_create(building=building, number=number, actor=actor)
-                counts["rooms"] += 1
-            except (NetworkError, ValueError, ValidationError) as exc:
-                message = (
-                    exc.message
-                    if isinstance(exc, NetworkError)
-                    else "; ".join(getattr(exc, "messages", [str(exc)]))
-                )
-                raise ImportError_(
-                    _("Line %(line)d: %(error)s") % {"line": line, "error": message}
-                ) from None
-    return counts

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django import forms
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.http import Http404
@@ -47,14 +48,21 @@ from apps.network.services import (
 )
 
 
+class IPAddressFilter(django_filters.Filter):
+    """An exact address of one family; anything else is refused (400), never sent to
+    PostgreSQL's inet parser (which answered `x` with a 500)."""
+
+    field_class = forms.GenericIPAddressField
+
+
 class DeviceFilter(django_filters.FilterSet):
     member = django_filters.NumberFilter(field_name="member_id")
     building = django_filters.CharFilter(
         field_name="member__room__building__code", lookup_expr="iexact"
     )
     mac = django_filters.CharFilter(method="filter_mac", help_text="Any common notation.")
-    ipv4 = django_filters.CharFilter()
-    ipv6 = django_filters.CharFilter()
+    ipv4 = IPAddressFilter(protocol="IPv4", help_text="An IPv4 address, e.g. 10.100.1.20.")
+    ipv6 = IPAddressFilter(protocol="IPv6", help_text="An IPv6 address, e.g. 2001:db8:100::20.")
 
     class Meta:
         model = Device
@@ -238,6 +246,14 @@ class DeviceDetailAPI(generics.RetrieveAPIView):
 
 class PortRangeSerializerField(serializers.CharField):
     """`8080` or `8000-8010` in, a PortRange out; null or "" -> None where allowed."""
+
+    def run_validation(self, data: Any = serializers.empty) -> PortRange | None:
+        # CharField answers "" itself, before to_internal_value: here "" means "none" (None).
+        if isinstance(data, str) and not data.strip():
+            if not self.allow_blank:
+                self.fail("blank")
+            return None
+        return super().run_validation(data)
 
     def to_internal_value(self, data: Any) -> PortRange | None:  # type: ignore[override]
         text = super().to_internal_value(data)
@@ -522,12 +538,20 @@ class TestAccessOutputSerializer(serializers.Serializer):
     __test__ = False  # not a pytest class
 
     member = serializers.IntegerField(source="pk")
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=MemberStatus.choices)
     until = serializers.DateField(source="test_access_until", help_text="The last day.")
-    profile = serializers.IntegerField(source="test_access.profile_id", default=None)
-    profile_name = serializers.CharField(source="test_access.profile.name", default=None)
-    down_kbit = serializers.IntegerField(source="test_access.profile.down_kbit", default=None)
-    up_kbit = serializers.IntegerField(source="test_access.profile.up_kbit", default=None)
+    profile = serializers.IntegerField(
+        source="test_access.profile_id", default=None, allow_null=True
+    )
+    profile_name = serializers.CharField(
+        source="test_access.profile.name", default=None, allow_null=True
+    )
+    down_kbit = serializers.IntegerField(
+        source="test_access.profile.down_kbit", default=None, allow_null=True
+    )
+    up_kbit = serializers.IntegerField(
+        source="test_access.profile.up_kbit", default=None, allow_null=True
+    )
     notice_sent = serializers.SerializerMethodField()
 
     def get_notice_sent(self, member: Member) -> bool:
@@ -541,6 +565,12 @@ class TestAccessInputSerializer(serializers.Serializer):
     member = serializers.IntegerField(required=False, help_text="POST only.")
     until = serializers.DateField(help_text="The last day (after today).")
     profile = serializers.IntegerField(required=False, help_text="Default: the default profile.")
+
+
+class TestAccessEndInputSerializer(serializers.Serializer):
+    __test__ = False  # not a pytest class
+
+    note = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
 
 def _test_accesses(actor: Any) -> QuerySet[Member]:
@@ -620,13 +650,81 @@ class TestAccessDetailAPI(generics.RetrieveAPIView):
             raise _refusal(exc) from None
         return Response(TestAccessOutputSerializer(self.get_object()).data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(request=TestAccessEndInputSerializer, responses={204: None})
     def delete(self, request: Request, pk: int) -> Response:
         member = self.get_object()
         if not has_role(request.user, *STAFF_ROLES):
             raise PermissionDenied
+        data = TestAccessEndInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
         try:
-            member_test_access_end(member=member, actor=request.user)
+            member_test_access_end(
+                member=member, note=data.validated_data.get("note", ""), actor=request.user
+            )
         except NetworkError as exc:
             raise _refusal(exc) from None
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- test from outside (the Test button of a forward or an opening) ---------------------------
+
+
+class ProbeResultSerializer(serializers.Serializer):
+    protocol = serializers.CharField(help_text="tcp or udp")
+    address = serializers.CharField()
+    port = serializers.IntegerField()
+    result = serializers.ChoiceField(
+        choices=["reachable", "refused", "no-answer", "open-or-filtered"]
+    )
+    rtt_ms = serializers.FloatField(allow_null=True)
+    cached = serializers.BooleanField(help_text="An answer from the last minute, reused.")
+    label = serializers.CharField(help_text="The result in words, in the request's language.")
+
+
+def _probe_response(run: Any) -> Response:
+    from apps.network.probe import ProbeRefused
+
+    try:
+        results = run()
+    except ProbeRefused as exc:
+        raise ValidationError({"non_field_errors": [str(exc)]}) from None
+    return Response(ProbeResultSerializer(results, many=True).data)
+
+
+class PortForwardProbeAPI(generics.GenericAPIView):
+    """Test the forward from outside (its first public port, per protocol); 400 says why a test
+    cannot run (no probe host, hourly limit, forward disabled)."""
+
+    serializer_class = ProbeResultSerializer
+
+    def get_queryset(self) -> QuerySet[PortForward]:
+        return _forwards(self.request.user)
+
+    @extend_schema(request=None, responses=ProbeResultSerializer(many=True))
+    def post(self, request: Request, pk: int) -> Response:
+        from apps.network.probe import ProbeRefused, forward_probe
+
+        forward = self.get_object()
+
+        def run() -> Any:
+            if forward.public_address is None:
+                raise ProbeRefused(gettext("The forward has no public address to test."))
+            return forward_probe(actor=request.user, forward=forward)
+
+        return _probe_response(run)
+
+
+class Ipv6OpeningProbeAPI(generics.GenericAPIView):
+    """Test the opening from outside (its first port, per protocol); 400 says why not."""
+
+    serializer_class = ProbeResultSerializer
+
+    def get_queryset(self) -> QuerySet[Ipv6Opening]:
+        return _openings(self.request.user)
+
+    @extend_schema(request=None, responses=ProbeResultSerializer(many=True))
+    def post(self, request: Request, pk: int) -> Response:
+        from apps.network.probe import opening_probe
+
+        opening = self.get_object()
+        return _probe_response(lambda: opening_probe(actor=request.user, opening=opening))

@@ -7,11 +7,11 @@ from django.conf import settings
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.api import PageQuerySerializer, page_response, paginated, query_validate
 from apps.members.models import Member
 from apps.members.selectors import member_of_user
 from apps.notifications.choices import NoticeKind
@@ -32,11 +32,14 @@ class NoticeOutputSerializer(serializers.ModelSerializer):
 class NoticeListAPI(APIView):
     """The caller's notices, newest first."""
 
-    @extend_schema(responses=NoticeOutputSerializer(many=True))
+    @extend_schema(
+        parameters=[PageQuerySerializer],
+        responses=paginated(NoticeOutputSerializer(many=True), "PaginatedNoticeList"),
+        operation_id="notices_list",
+    )
     def get(self, request: Request) -> Response:
-        paginator = PageNumberPagination()
-        page = paginator.paginate_queryset(notice_list(actor=request.user), request, view=self)
-        return paginator.get_paginated_response(NoticeOutputSerializer(page, many=True).data)
+        query_validate(request, PageQuerySerializer)
+        return page_response(request, notice_list(actor=request.user), NoticeOutputSerializer, self)
 
 
 class NoticeDetailAPI(APIView):

@@ -3,43 +3,78 @@
 from __future__ import annotations
 
 from django.http import Http404
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import (
-    OpenApiParameter,
     extend_schema,
     extend_schema_field,
     inline_serializer,
 )
 from rest_framework import serializers, status
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.roles import Role, has_role, role_permission
+from apps.accounts.throttle import TicketCreateThrottle, TokenRateThrottle
+from apps.core.api import (
+    PageQuerySerializer,
+    SlugRelatedField,
+    page_response,
+    paginated,
+    query_validate,
+)
 from apps.members.models import Building
 from apps.tickets import selectors, services
-from apps.tickets.choices import IncidentPhase, IncidentSeverity, MessageKind, TicketStatus
-from apps.tickets.models import Incident, Ticket
+from apps.tickets.choices import (
+    InboundStatus,
+    IncidentPhase,
+    IncidentSeverity,
+    MessageKind,
+    TicketStatus,
+)
+from apps.tickets.models import InboundMail, Incident, Queue, Ticket
 
 IsSupportRole = role_permission(Role.SUPPORT)
 
-TICKET_FILTERS = [
-    OpenApiParameter("search", str, description="Words in subject, sender or message text"),
-    OpenApiParameter("status", str, enum=["active", *TicketStatus.values]),
-    OpenApiParameter("queue", str, description="Queue slug"),
-    OpenApiParameter("assignee", str, description="'me', 'none' or a user id"),
-    OpenApiParameter("incident", str, description="'any', 'none' or an incident id"),
-    OpenApiParameter("tag", str),
-]
+
+class TicketQuerySerializer(serializers.Serializer):
+    """The ticket list's filters; anything else, or a value of the wrong shape, answers 400."""
+
+    search = serializers.CharField(
+        required=False, max_length=200, help_text="Words in subject, sender or message text"
+    )
+    status = serializers.ChoiceField(choices=["active", *TicketStatus.values], required=False)
+    queue = serializers.SlugField(required=False, max_length=50, help_text="Queue slug")
+    assignee = serializers.RegexField(
+        r"^(me|none|[0-9]{1,10})$", required=False, help_text="'me', 'none' or a user id"
+    )
+    incident = serializers.RegexField(
+        r"^(any|none|[0-9]{1,10})$", required=False, help_text="'any', 'none' or an incident id"
+    )
+    tag = serializers.CharField(required=False, max_length=40)
+    page = serializers.IntegerField(required=False, min_value=1)
+
+    class Meta:
+        ref_name = "TicketQuery"
+
+
+class IncidentQuerySerializer(serializers.Serializer):
+    current = serializers.BooleanField(required=False, help_text="Only incidents not ended")
+    page = serializers.IntegerField(required=False, min_value=1)
 
 
 class TicketListAPI(APIView):
-    """List visible tickets (filters and ?search=) or open one as the requester."""
+    """List visible tickets (filters and ?search=) or open one as the requester (limited per
+    member: PORTAL_THROTTLE_RATES["ticket_create"], then 429 with Retry-After)."""
+
+    throttle_classes = [TokenRateThrottle, TicketCreateThrottle]
 
     class OutputSerializer(serializers.ModelSerializer):
         number = serializers.CharField()
-        assignee = serializers.CharField(source="assignee.get_username", default=None)
-        queue = serializers.CharField(source="queue.slug", default=None)
+        assignee = serializers.CharField(
+            source="assignee.get_username", default=None, allow_null=True
+        )
+        queue = serializers.CharField(source="queue.slug", default=None, allow_null=True)
 
         class Meta:
             model = Ticket
@@ -69,13 +104,15 @@ class TicketListAPI(APIView):
         class Meta:
             ref_name = "TicketCreateInput"
 
-    @extend_schema(parameters=TICKET_FILTERS, responses=OutputSerializer(many=True))
+    @extend_schema(
+        parameters=[TicketQuerySerializer],
+        responses=paginated(OutputSerializer(many=True), "PaginatedTicketList"),
+        operation_id="tickets_list",
+    )
     def get(self, request: Request) -> Response:
-        filters = request.query_params
+        filters = query_validate(request, TicketQuerySerializer)
         tickets = selectors.ticket_list(actor=request.user, filters=filters)
-        paginator = PageNumberPagination()
-        page = paginator.paginate_queryset(tickets, request, view=self)
-        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+        return page_response(request, tickets, self.OutputSerializer, self)
 
     @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
     def post(self, request: Request) -> Response:
@@ -107,8 +144,10 @@ class TicketDetailAPI(APIView):
 
     class OutputSerializer(serializers.ModelSerializer):
         number = serializers.CharField()
-        assignee = serializers.CharField(source="assignee.get_username", default=None)
-        queue = serializers.CharField(source="queue.slug", default=None)
+        assignee = serializers.CharField(
+            source="assignee.get_username", default=None, allow_null=True
+        )
+        queue = serializers.CharField(source="queue.slug", default=None, allow_null=True)
         messages = serializers.SerializerMethodField()
 
         class Meta:
@@ -224,7 +263,7 @@ class IncidentListAPI(APIView):
         title = serializers.CharField(max_length=200)
         description = serializers.CharField(required=False, allow_blank=True, default="")
         severity = serializers.ChoiceField(choices=IncidentSeverity.choices, default="major")
-        buildings = serializers.SlugRelatedField(
+        buildings = SlugRelatedField(
             slug_field="code", many=True, queryset=Building.objects.all(), required=False
         )
         affected = serializers.ListField(child=serializers.CharField(max_length=80), default=list)
@@ -236,15 +275,14 @@ class IncidentListAPI(APIView):
             ref_name = "IncidentDeclareInput"
 
     @extend_schema(
-        parameters=[OpenApiParameter("current", bool, description="Only incidents not ended")],
-        responses=OutputSerializer(many=True),
+        parameters=[IncidentQuerySerializer],
+        responses=paginated(OutputSerializer(many=True), "PaginatedIncidentList"),
+        operation_id="incidents_list",
     )
     def get(self, request: Request) -> Response:
-        current = request.query_params.get("current") in {"1", "true", "yes"}
+        current = query_validate(request, IncidentQuerySerializer).get("current", False)
         incidents = selectors.incident_list(actor=request.user, current_only=current)
-        paginator = PageNumberPagination()
-        page = paginator.paginate_queryset(incidents, request, view=self)
-        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+        return page_response(request, incidents, self.OutputSerializer, self)
 
     @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
     def post(self, request: Request) -> Response:
@@ -311,3 +349,230 @@ class IncidentDetailAPI(APIView):
         except services.TicketError as exc:
             raise serializers.ValidationError({"detail": str(exc)}) from exc
         return Response({"done": done})
+
+
+# --- one endpoint per action (support staff; the same services and audit as the pages) ---------
+
+
+class TicketUpdateAPI(APIView):
+    """Support: change a ticket's status, assignee, queue, tags or incident (each change is one
+    event, as on the ticket page)."""
+
+    permission_classes = [IsSupportRole]
+
+    class InputSerializer(serializers.Serializer):
+        status = serializers.ChoiceField(choices=TicketStatus.choices, required=False)
+        assignee = serializers.PrimaryKeyRelatedField(
+            queryset=selectors.support_staff(), allow_null=True, required=False
+        )
+        queue = SlugRelatedField(
+            slug_field="slug", queryset=Queue.objects.all(), allow_null=True, required=False
+        )
+        tags = serializers.ListField(
+            child=serializers.CharField(max_length=40), max_length=50, required=False
+        )
+        incident = serializers.PrimaryKeyRelatedField(
+            queryset=Incident.objects.all(), allow_null=True, required=False
+        )
+
+        class Meta:
+            ref_name = "TicketFieldsInput"
+
+    @extend_schema(request=InputSerializer, responses=TicketListAPI.OutputSerializer)
+    def patch(self, request: Request, pk: int) -> Response:
+        try:
+            ticket = selectors.ticket_get(actor=request.user, pk=pk)
+        except Ticket.DoesNotExist:
+            raise Http404 from None
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        incident = values.get("incident")
+        if incident is not None and incident.ended_at and incident.pk != ticket.incident_id:
+            raise serializers.ValidationError(
+                {"incident": [_("This incident has ended; choose a current one.")]}
+            )
+        ticket = services.ticket_update(ticket=ticket, actor=request.user, **values)
+        return Response(TicketListAPI.OutputSerializer(ticket).data)
+
+
+class IncidentUpdateAPI(APIView):
+    """Support: publish an update on an incident (the status page shows it)."""
+
+    permission_classes = [IsSupportRole]
+
+    class InputSerializer(serializers.Serializer):
+        body = serializers.CharField()
+        phase = serializers.ChoiceField(choices=IncidentPhase.choices)
+
+        class Meta:
+            ref_name = "IncidentUpdateInput"
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={
+            201: inline_serializer("IncidentUpdateOutput", {"id": serializers.IntegerField()})
+        },
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        incident = IncidentDetailAPI()._incident(request, pk)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            update = services.incident_update_post(
+                incident=incident, actor=request.user, **data.validated_data
+            )
+        except services.TicketError as exc:
+            raise serializers.ValidationError({"body": [str(exc)]}) from exc
+        return Response({"id": update.pk}, status=status.HTTP_201_CREATED)
+
+
+class IncidentTicketsAPI(APIView):
+    """Support: link tickets to an incident by number (POST), or unlink one (DELETE …/{ticket}/)."""
+
+    permission_classes = [IsSupportRole]
+
+    class InputSerializer(serializers.Serializer):
+        tickets = serializers.ListField(
+            child=serializers.IntegerField(min_value=1), min_length=1, max_length=500
+        )
+
+        class Meta:
+            ref_name = "IncidentLinkInput"
+
+    @extend_schema(
+        request=InputSerializer,
+        responses=inline_serializer(
+            "IncidentLinkOutput",
+            {
+                "linked": serializers.IntegerField(),
+                "missing": serializers.ListField(child=serializers.IntegerField()),
+            },
+        ),
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        incident = IncidentDetailAPI()._incident(request, pk)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        wanted = data.validated_data["tickets"]
+        tickets = list(selectors.ticket_list(actor=request.user, filters={}).filter(pk__in=wanted))
+        missing = sorted(set(wanted) - {t.pk for t in tickets})
+        if not tickets:
+            raise serializers.ValidationError(
+                {"tickets": [_("There is no such ticket: %(n)s") % {"n": missing}]}
+            )
+        count = services.incident_tickets_link(
+            incident=incident, tickets=tickets, actor=request.user
+        )
+        return Response({"linked": count, "missing": missing})
+
+
+class IncidentTicketUnlinkAPI(APIView):
+    permission_classes = [IsSupportRole]
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, pk: int, ticket: int) -> Response:
+        incident = IncidentDetailAPI()._incident(request, pk)
+        tickets = incident.tickets.filter(pk=ticket)
+        if not tickets.exists():
+            raise Http404
+        services.incident_tickets_link(incident=None, tickets=tickets, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TicketBulkAPI(APIView):
+    """Support: one inbox action on several tickets (status, assign to me, unassign, tag, link to
+    an incident), each change one event as in the inbox."""
+
+    permission_classes = [IsSupportRole]
+
+    class InputSerializer(serializers.Serializer):
+        tickets = serializers.ListField(
+            child=serializers.IntegerField(min_value=1), min_length=1, max_length=500
+        )
+        action = serializers.ChoiceField(choices=sorted(services.BULK_ACTIONS))
+        value = serializers.CharField(
+            required=False,
+            allow_blank=True,
+            max_length=40,
+            help_text="The tag (action tag) or the incident id (action incident).",
+        )
+
+        class Meta:
+            ref_name = "TicketBulkInput"
+
+    @extend_schema(
+        request=InputSerializer,
+        responses=inline_serializer("TicketBulkOutput", {"changed": serializers.IntegerField()}),
+    )
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        value: object = values.get("value", "")
+        if values["action"] == "incident":
+            number = str(value).strip().lstrip("#")
+            value = Incident.objects.filter(pk=number).first() if number.isdigit() else None
+            if value is None:  # None would unlink the tickets instead
+                raise serializers.ValidationError({"value": [_("There is no such incident.")]})
+        tickets = selectors.ticket_list(actor=request.user, filters={}).filter(
+            pk__in=values["tickets"]
+        )
+        try:
+            count = services.tickets_bulk_update(
+                tickets=list(tickets), actor=request.user, action=values["action"], value=value
+            )
+        except services.TicketError as exc:
+            raise serializers.ValidationError({"action": [str(exc)]}) from exc
+        return Response({"changed": count})
+
+
+class QuarantineOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = InboundMail
+        fields = ["id", "received_at", "source", "envelope_from", "size", "status", "error"]
+
+
+class QuarantineListAPI(APIView):
+    """Support: mail that could not become a ticket message, newest first."""
+
+    permission_classes = [IsSupportRole]
+
+    @extend_schema(
+        parameters=[PageQuerySerializer],
+        responses=paginated(QuarantineOutputSerializer(many=True), "PaginatedQuarantineList"),
+        operation_id="quarantine_list",
+    )
+    def get(self, request: Request) -> Response:
+        query_validate(request, PageQuerySerializer)
+        mails = selectors.quarantine_list(actor=request.user).order_by("-received_at", "-pk")
+        return page_response(request, mails, QuarantineOutputSerializer, self)
+
+
+def _quarantined(pk: int) -> InboundMail:
+    mail = InboundMail.objects.filter(pk=pk, status=InboundStatus.QUARANTINED).first()
+    if mail is None:
+        raise Http404
+    return mail
+
+
+class QuarantineRetryAPI(APIView):
+    """Support: read a quarantined mail again (after a fix); its status says how it went."""
+
+    permission_classes = [IsSupportRole]
+
+    @extend_schema(request=None, responses=QuarantineOutputSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        mail = services.inbound_process(inbound=_quarantined(pk))
+        return Response(QuarantineOutputSerializer(mail).data)
+
+
+class QuarantineDismissAPI(APIView):
+    """Support: the mail needs no ticket (audited)."""
+
+    permission_classes = [IsSupportRole]
+
+    @extend_schema(request=None, responses=QuarantineOutputSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        mail = services.inbound_dismiss(inbound=_quarantined(pk), actor=request.user)
+        return Response(QuarantineOutputSerializer(mail).data)

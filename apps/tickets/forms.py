@@ -133,13 +133,37 @@ class IncidentUpdateForm(forms.Form):
     body = forms.CharField(label=_("Update"), widget=forms.Textarea(attrs={"rows": 3}))
 
 
+MASS_REPLY_HELP = _(
+    'Placeholders: {greeting} ("Hello Anna,", or "Hello," when the first name is unknown), '
+    "{first_name}, {name}, {ticket_number} (with its # sign: #12), {subject}"
+)
+
+
 class MassReplyForm(forms.Form):
+    """The reply to every active linked ticket; `confirmed_count` is set by the preview, and
+    only a post that carries it (still matching) sends."""
+
     body = forms.CharField(
-        label=_("Reply to every linked ticket"),
+        label=_("Reply in English"),
         widget=forms.Textarea(attrs={"rows": 5}),
-        help_text=_("Placeholders: {first_name}, {name}, {ticket_number}, {subject}"),
+        help_text=MASS_REPLY_HELP,
+    )
+    body_de = forms.CharField(
+        label=_("Reply in German (optional)"),
+        widget=forms.Textarea(attrs={"rows": 5}),
+        required=False,
+        help_text=_(
+            "When given, requesters who chose German get this text; those who chose no "
+            "language get both."
+        ),
     )
     solve = forms.BooleanField(label=_("and mark them solved"), required=False)
+    confirmed_count = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The update form on the same page has a "body" too: ids must differ.
+        kwargs.setdefault("auto_id", "id_mass_%s")
+        super().__init__(*args, **kwargs)
 
 
 # A typo such as 1-100000 must not make a hundred thousand lookups.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import email
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from email import errors as email_errors
 from email import policy
@@ -51,6 +52,8 @@ class ParsedMail:
     body_html: str
     attachments: list[ParsedAttachment] = field(default_factory=list)
     automatic_reason: str = ""
+    # A trusted receiving server said the From address passed DMARC or aligned SPF.
+    sender_authenticated: bool = False
 
     @property
     def is_automatic(self) -> bool:
@@ -156,7 +159,48 @@ def automatic_reason(msg: EmailMessage, envelope_from: str | None) -> str:
     return ""
 
 
-def parse_mail(raw: bytes, *, envelope_from: str | None = None) -> ParsedMail:
+def _domain(value: str) -> str:
+    """The domain of an address, or the value itself when it is a domain already."""
+    return value.strip().strip('<>"').rpartition("@")[2].lower().rstrip(".")
+
+
+def _result_passes(method: str, properties: str, from_domain: str) -> bool:
+    """Whether one "dmarc=pass ..." or "spf=pass ..." result vouches for `from_domain`:
+    DMARC for that From domain, SPF only when the envelope sender's domain is that domain or
+    one below it (aligned), since SPF alone says nothing about the From header."""
+    props = {k.lower(): _domain(v) for k, v in re.findall(r"([\w.-]+)\s*=\s*([^\s;]+)", properties)}
+    if method == "dmarc":
+        return props.get("header.from", from_domain) == from_domain
+    mailfrom = props.get("smtp.mailfrom", "")
+    return bool(mailfrom) and (mailfrom == from_domain or mailfrom.endswith("." + from_domain))
+
+
+def sender_authenticated(
+    headers: list[str], *, from_address: str, trusted_authserv_ids: Collection[str]
+) -> bool:
+    """True when an Authentication-Results header (RFC 8601) written by one of our own trusted
+    receiving servers says `from_address` passed DMARC or aligned SPF. Headers of any other
+    authserv-id are ignored: a sender can write whatever it likes into its own mail."""
+    trusted = {t.strip().lower() for t in trusted_authserv_ids if t.strip()}
+    from_domain = _domain(from_address)
+    if not trusted or not from_domain:
+        return False
+    for header in headers:
+        text = re.sub(r"\([^()]*\)", " ", header)  # comments
+        authserv, _sep, results = text.partition(";")
+        if not authserv.split() or authserv.split()[0].lower() not in trusted:
+            continue
+        for result in results.split(";"):
+            match = re.match(r"\s*(dmarc|spf)\s*=\s*([a-z]+)(.*)$", result, re.I | re.S)
+            passed = match is not None and match[2].lower() == "pass"
+            if passed and _result_passes(match[1].lower(), match[3], from_domain):
+                return True
+    return False
+
+
+def parse_mail(
+    raw: bytes, *, envelope_from: str | None = None, trusted_authserv_ids: Collection[str] = ()
+) -> ParsedMail:
     """Parse `raw` (RFC 5322 bytes); raise MailParseError when it cannot be trusted."""
     try:
         msg = email.message_from_bytes(raw, policy=policy.default)
@@ -210,6 +254,7 @@ def parse_mail(raw: bytes, *, envelope_from: str | None = None) -> ParsedMail:
 
     body_html = "\n".join(html_parts)
     body_text = "\n\n".join(t.strip("\n") for t in text_parts) or html_to_text(body_html)
+    auth_headers = [clean_text(str(h)) for h in msg.get_all("Authentication-Results") or []]
     references = _msgids(_header(msg, "References"))
     in_reply_to = (_msgids(_header(msg, "In-Reply-To")) or [""])[0]
     return ParsedMail(
@@ -224,4 +269,7 @@ def parse_mail(raw: bytes, *, envelope_from: str | None = None) -> ParsedMail:
         body_html=body_html,
         attachments=attachments,
         automatic_reason=automatic_reason(msg, envelope_from),
+        sender_authenticated=sender_authenticated(
+            auth_headers, from_address=address, trusted_authserv_ids=trusted_authserv_ids
+        ),
     )

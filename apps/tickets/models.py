@@ -9,6 +9,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.utils import formats, timezone
+from django.utils.crypto import salted_hmac
 from django.utils.translation import gettext_lazy as _
 
 from apps.accounts.roles import Role, has_role
@@ -186,6 +187,9 @@ class Ticket(models.Model):
     last_message_at = models.DateTimeField(default=timezone.now)
     first_response_at = models.DateTimeField(null=True, blank=True)
     solved_at = models.DateTimeField(null=True, blank=True)
+    # Mail from a member's address that carried no reference of theirs and no trusted proof of
+    # its sender: not linked to the member until staff confirm who wrote it.
+    sender_unverified = models.BooleanField(_("sender not verified"), default=False)
 
     objects = TicketQuerySet.as_manager()
 
@@ -206,9 +210,15 @@ class Ticket(models.Model):
         return f"#{self.pk}"
 
     @property
+    def reply_token(self) -> str:
+        """A secret per ticket (derived from SECRET_KEY): whoever quotes it in a subject has
+        read a mail about this ticket, unlike the guessable number."""
+        return salted_hmac("apps.tickets.reply_token", str(self.pk)).hexdigest()[:10]
+
+    @property
     def subject_tag(self) -> str:
-        """The token in mail subjects that threads a reply back here."""
-        return f"[#{self.pk}]"
+        """The tag in mail subjects that threads a reply back here: "[#12:3fa9c01b2e]"."""
+        return f"[#{self.pk}:{self.reply_token}]"
 
     @property
     def is_active(self) -> bool:
@@ -232,6 +242,8 @@ class IncidentBroadcast(models.Model):
 
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="broadcasts")
     body = models.TextField()
+    # Sent instead of `body` to requesters who chose German (empty: everyone gets `body`).
+    body_de = models.TextField(blank=True)
     solve = models.BooleanField(default=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -132,7 +132,8 @@ def quarantine_list(*, actor: Any) -> QuerySet[InboundMail]:
 
 
 def ticket_stats(*, days: int = 30) -> dict[str, Any]:
-    """Per day for the last `days`: new tickets, open at the end of the day, median first response."""
+    """Per day for the last `days`: new tickets, open at the end of the day, and the median time
+    to the first response of that day's new tickets in whole minutes."""
     tz = timezone.get_current_timezone()
     today = timezone.localdate()
     start_day = today - timedelta(days=days - 1)
@@ -143,16 +144,38 @@ def ticket_stats(*, days: int = 30) -> dict[str, Any]:
         ).values_list("created_at", "solved_at", "first_response_at")
     )
     out = []
+    in_period = [r for r in rows if r[0] >= start]
+    all_responses = sorted((r[2] - r[0]).total_seconds() for r in in_period if r[2])
     for offset in range(days):
         day = start_day + timedelta(days=offset)
         lo = timezone.make_aware(datetime.combine(day, time.min), tz)
         hi = lo + timedelta(days=1)
         new = [r for r in rows if lo <= r[0] < hi]
         open_count = sum(1 for r in rows if r[0] < hi and (r[1] is None or r[1] >= hi))
-        responses = sorted((r[2] - r[0]).total_seconds() / 3600 for r in new if r[2])
-        median = responses[len(responses) // 2] if responses else None
-        out.append({"day": day, "new": len(new), "open": open_count, "frt_hours": median})
-    return {"days": out}
+        responses = sorted((r[2] - r[0]).total_seconds() for r in new if r[2])
+        median = round(responses[len(responses) // 2] / 60) if responses else None
+        out.append({"day": day, "new": len(new), "open": open_count, "frt_minutes": median})
+    summary = {
+        "new": len(in_period),
+        "open": out[-1]["open"] if out else 0,
+        "frt_minutes": (
+            round(all_responses[len(all_responses) // 2] / 60) if all_responses else None
+        ),
+    }
+    return {"days": out, "summary": summary}
+
+
+def user_for_email(address: str) -> Any | None:
+    """The one user with this e-mail address (case-insensitive), or None when none or several."""
+    if not address:
+        return None
+    users = list(get_user_model().objects.filter(email__iexact=address, is_active=True)[:2])
+    return users[0] if len(users) == 1 else None
+
+
+def ticket_claimed_member(*, ticket: Ticket) -> Any | None:
+    """The user whose address an unverified mail ticket bears (None when verified or nobody's)."""
+    return user_for_email(ticket.requester_email) if ticket.sender_unverified else None
 
 
 def ticket_member_context(*, actor: Any, ticket: Ticket) -> dict[str, Any]:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from email.utils import formataddr, make_msgid
 from typing import Any
 
 from django.apps import apps as django_apps
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.mail import EmailMessage, get_connection
 from django.db import DatabaseError, models, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone, translation
+from django.utils.crypto import constant_time_compare
 from django.utils.translation import gettext as _
 
 from apps.tickets.choices import (
@@ -38,12 +39,12 @@ from apps.tickets.models import (
     Ticket,
     TicketEvent,
 )
+from apps.tickets.selectors import user_for_email
 from apps.tickets.status import status_cache_refresh
 
 log = logging.getLogger(__name__)
-User = get_user_model()
-SUBJECT_TAG = re.compile(r"\[#(\d{1,12})\]")
-PLACEHOLDER = re.compile(r"\{(\w+)\}")
+# "[#12:3fa9c01b2e]" (number and reply token); "[#12]" as written by hand or by older mails.
+SUBJECT_TAG = re.compile(r"\[#(\d{1,12})(?::([0-9a-f]{10}))?\]")
 UNSET: Any = object()
 
 
@@ -78,14 +79,6 @@ def queue_default() -> Queue:
     return queue
 
 
-def _user_for_email(address: str) -> Any | None:
-    """The one user with this e-mail address (case-insensitive), or None when none or several."""
-    if not address:
-        return None
-    users = list(User.objects.filter(email__iexact=address, is_active=True)[:2])
-    return users[0] if len(users) == 1 else None
-
-
 def _msgid(ticket: Ticket) -> str:
     return make_msgid(idstring=f"t{ticket.pk}", domain=settings.PORTAL_MAIL_DOMAIN)
 
@@ -114,13 +107,29 @@ def _thread_headers(ticket: Ticket, messages: list[Message] | None = None) -> tu
     return in_reply_to, " ".join(refs)
 
 
+# "#{ticket_number}" must not read "##12": the number carries its sign already.
+_HASH_BEFORE_NUMBER = re.compile(r"#+(?=\{ticket_number\})")
+# A placeholder with nothing to fill in takes the blanks before it along: "Hello {first_name},"
+# reads "Hello," for a requester known only by address, never "Hello ,".
+_PLACEHOLDER_WITH_SPACE = re.compile(r"([ \t]*)\{(\w+)\}")
+
+
+def greeting(first_name: str) -> str:
+    """The opening line in the active language, with or without a first name."""
+    if first_name:
+        return _("Hello %(name)s,") % {"name": first_name}
+    return _("Hello,")
+
+
 def placeholders_fill(text: str, *, ticket: Ticket, actor: Any | None = None) -> str:
-    """Fill {first_name}, {last_name}, {name}, {email}, {ticket_number}, {subject}, {agent_name}."""
+    """Fill {greeting}, {first_name}, {last_name}, {name}, {email}, {ticket_number} (with its #),
+    {subject}, {agent_name}; the greeting in the active language."""
     requester = ticket.requester
     first = (requester.first_name if requester else "") or (
-        ticket.requester_name.split()[0] if ticket.requester_name else ""
+        ticket.requester_name.split()[0] if ticket.requester_name.strip() else ""
     )
     values = {
+        "greeting": greeting(first),
         "first_name": first,
         "last_name": requester.last_name if requester else "",
         "name": ticket.requester_display,
@@ -129,7 +138,14 @@ def placeholders_fill(text: str, *, ticket: Ticket, actor: Any | None = None) ->
         "subject": ticket.subject,
         "agent_name": (actor.get_full_name() or actor.get_username()) if actor else "",
     }
-    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+    def fill(match: re.Match[str]) -> str:
+        if match.group(2) not in values:
+            return match.group(0)
+        value = values[match.group(2)]
+        return match.group(1) + value if value else ""
+
+    return _PLACEHOLDER_WITH_SPACE.sub(fill, _HASH_BEFORE_NUMBER.sub("", text))
 
 
 # --- inbound mail -----------------------------------------------------------------------------
@@ -160,7 +176,11 @@ def inbound_process(*, inbound: InboundMail) -> InboundMail:
     """Parse and ingest one stored mail; broken mail is quarantined, never lost."""
     envelope_from = inbound.envelope_from if inbound.source == "smtp" else None
     try:
-        parsed = parse_mail(bytes(inbound.raw), envelope_from=envelope_from)
+        parsed = parse_mail(
+            bytes(inbound.raw),
+            envelope_from=envelope_from,
+            trusted_authserv_ids=settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS,
+        )
         with transaction.atomic():
             message, duplicate = mail_ingest(parsed=parsed)
             inbound.status = InboundStatus.DUPLICATE if duplicate else InboundStatus.PROCESSED
@@ -194,7 +214,10 @@ def _quarantine(inbound: InboundMail, reason: str) -> None:
 
 
 def _ticket_for_reply(parsed: ParsedMail) -> Ticket | None:
-    """The ticket this mail answers: by Message-ID headers, else by [#n] from the requester."""
+    """The ticket this mail answers, only when the mail proves it belongs there: it answers one
+    of the ticket's messages (In-Reply-To/References), or quotes the ticket's reply token in
+    its subject; a bare number ("[#12]") only from the requester's address and with a trusted
+    server's word that the address is genuine (From can be forged, numbers guessed)."""
     ids = parsed.thread_ids
     if ids:
         found = (
@@ -206,15 +229,28 @@ def _ticket_for_reply(parsed: ParsedMail) -> Ticket | None:
         if found is not None:
             return found.ticket
     match = SUBJECT_TAG.search(parsed.subject)
-    if match:
-        ticket = Ticket.objects.filter(pk=int(match.group(1))).select_related("requester").first()
-        # The number alone is guessable: only the requester may thread by it.
-        if ticket is not None and parsed.from_email in {
-            ticket.requester_email.lower(),
-            (ticket.requester.email.lower() if ticket.requester else ""),
-        }:
-            return ticket
-    return None
+    if match is None:
+        return None
+    ticket = Ticket.objects.filter(pk=int(match.group(1))).select_related("requester").first()
+    if ticket is None:
+        return None
+    if match.group(2) and constant_time_compare(match.group(2), ticket.reply_token):
+        return ticket
+    from_requester = parsed.from_email in {
+        ticket.requester_email.lower(),
+        (ticket.requester.email.lower() if ticket.requester else ""),
+    }
+    return ticket if from_requester and parsed.sender_authenticated else None
+
+
+def _new_ticket_requester(parsed: ParsedMail) -> tuple[Any | None, bool]:
+    """(the user a new mail ticket belongs to, whether its sender is unverified): mail from a
+    member's address is theirs only when a trusted server vouched for the address; otherwise
+    the ticket stays unlinked, marked, until staff confirm."""
+    user = user_for_email(parsed.from_email)
+    if user is None or parsed.sender_authenticated:
+        return user, False
+    return None, True
 
 
 def mail_ingest(*, parsed: ParsedMail) -> tuple[Message, bool]:
@@ -230,9 +266,10 @@ def mail_ingest(*, parsed: ParsedMail) -> tuple[Message, bool]:
         ticket = None  # closed is final: a new ticket, which mentions the old one
     created = ticket is None
     if created:
-        requester = _user_for_email(parsed.from_email)
+        requester, unverified = _new_ticket_requester(parsed)
         ticket = Ticket.objects.create(
             requester=requester,
+            sender_unverified=unverified,
             requester_email=parsed.from_email,
             requester_name=parsed.from_name,
             subject=SUBJECT_TAG.sub("", parsed.subject).strip()[:300] or _("(no subject)"),
@@ -382,6 +419,24 @@ def inbound_dismiss(*, inbound: InboundMail, actor: Any) -> InboundMail:
     inbound.save(update_fields=["status", "handled_by"])
     _audit(actor=actor, action="mail.dismiss", obj=inbound)
     return inbound
+
+
+@transaction.atomic
+def ticket_sender_confirm(*, ticket: Ticket, actor: Any) -> Ticket:
+    """Staff checked that an unverified mail really came from the member whose address it
+    bears: the ticket becomes theirs (the member sees it, and its context shows beside it)."""
+    ticket = Ticket.objects.select_for_update().get(pk=ticket.pk)
+    if not ticket.sender_unverified:
+        return ticket
+    member = user_for_email(ticket.requester_email)
+    if member is None:
+        raise TicketError(
+            _("No member has the address %(email)s any more.") % {"email": ticket.requester_email}
+        )
+    ticket.requester, ticket.sender_unverified = member, False
+    ticket.save(update_fields=["requester", "sender_unverified", "updated_at"])
+    _audit(actor=actor, action="ticket.sender_confirm", obj=ticket, ticket=ticket)
+    return ticket
 
 
 # --- tickets from people ---------------------------------------------------------------------
@@ -803,26 +858,110 @@ def incident_tickets_link(
     return count
 
 
+def _requester_languages(tickets: list[Ticket]) -> dict[int, str]:
+    """Each ticket's requester's chosen language ("" when none was chosen or no member wrote)."""
+    if not django_apps.is_installed("apps.notifications"):
+        return {}
+    from apps.notifications.models import Preference
+
+    users = {t.requester_id for t in tickets if t.requester_id}
+    chosen = dict(
+        Preference.objects.filter(member__user_id__in=users)
+        .exclude(language="")
+        .values_list("member__user_id", "language")
+    )
+    return {t.pk: chosen.get(t.requester_id, "") for t in tickets}
+
+
+def mass_reply_languages(language: str, *, body_de: str) -> list[str]:
+    """The languages a mass reply is written in for a requester who chose `language`: German
+    only with a German text; both (as the portal's notice mails) when nothing was chosen."""
+    if not body_de:
+        return ["en"]
+    if language in ("en", "de"):
+        return [language]
+    return ["en", "de"]
+
+
+def mass_reply_text(
+    *, ticket: Ticket, actor: Any, body: str, body_de: str = "", language: str = ""
+) -> str:
+    """The text `ticket` receives, each language's part filled in that language."""
+    texts = {"en": body, "de": body_de}
+    parts = []
+    for code in mass_reply_languages(language, body_de=body_de):
+        with translation.override(code):
+            parts.append(placeholders_fill(texts[code], ticket=ticket, actor=actor))
+    return "\n\n-- \n\n".join(parts)
+
+
+def _mass_reply_texts(
+    tickets: list[Ticket], *, actor: Any, body: str, body_de: str
+) -> list[tuple[Ticket, str, str]]:
+    """(ticket, its languages such as "en+de", the text it receives) for each ticket."""
+    chosen = _requester_languages(tickets)
+    rows = []
+    for ticket in tickets:
+        language = chosen.get(ticket.pk, "")
+        kind = "+".join(mass_reply_languages(language, body_de=body_de))
+        text = mass_reply_text(
+            ticket=ticket, actor=actor, body=body, body_de=body_de, language=language
+        )
+        rows.append((ticket, kind, text))
+    return rows
+
+
+def _mass_reply_tickets(incident: Incident) -> QuerySet[Ticket]:
+    return (
+        Ticket.objects.filter(incident=incident, status__in=ACTIVE_STATUSES)
+        .select_related("requester")
+        .order_by("pk")
+    )
+
+
+@dataclass(frozen=True)
+class MassReplyPreview:
+    """What a mass reply would do: how many tickets, in which languages, one text of each."""
+
+    count: int
+    languages: dict[str, int]  # "en", "de", "en+de" -> tickets
+    examples: list[tuple[Ticket, str]]  # one ticket per kind of text, and what it would get
+
+
+def incident_mass_reply_preview(
+    *, incident: Incident, actor: Any, body: str, body_de: str = ""
+) -> MassReplyPreview:
+    """Render the reply for real tickets of the incident without sending or storing anything."""
+    body, body_de = body.strip(), body_de.strip()
+    counts: dict[str, int] = {}
+    examples: list[tuple[Ticket, str]] = []
+    rows = _mass_reply_texts(
+        list(_mass_reply_tickets(incident)), actor=actor, body=body, body_de=body_de
+    )
+    for ticket, kind, text in rows:
+        counts[kind] = counts.get(kind, 0) + 1
+        if counts[kind] == 1:
+            examples.append((ticket, text))
+    return MassReplyPreview(count=len(rows), languages=counts, examples=examples)
+
+
 @transaction.atomic
 def incident_mass_reply(
-    *, incident: Incident, actor: Any, body: str, solve: bool = False
+    *, incident: Incident, actor: Any, body: str, body_de: str = "", solve: bool = False
 ) -> IncidentBroadcast:
-    """Answer every active linked ticket at once: one message per ticket, in its own thread.
+    """Answer every active linked ticket at once: one message per ticket, in its own thread,
+    in its requester's language when a German text is given.
 
     The messages are written here, once (unique per ticket and broadcast); the task only
     mails the unsent ones, so retries cannot answer a ticket twice.
     """
-    body = body.strip()
+    body, body_de = body.strip(), body_de.strip()
     if not body:
         raise TicketError(_("The reply is empty."))
     broadcast = IncidentBroadcast.objects.create(
-        incident=incident, body=body, solve=solve, created_by=actor
+        incident=incident, body=body, body_de=body_de, solve=solve, created_by=actor
     )
-    tickets = list(
-        Ticket.objects.select_for_update(of=("self",))
-        .filter(incident=incident, status__in=ACTIVE_STATUSES)
-        .select_related("requester")
-    )
+    tickets = list(_mass_reply_tickets(incident).select_for_update(of=("self",)))
     thread: dict[int, list[Message]] = {t.pk: [] for t in tickets}
     for m in (
         Message.objects.filter(ticket__in=tickets)
@@ -834,7 +973,7 @@ def incident_mass_reply(
         thread[m.ticket_id].append(m)
     now = timezone.now()
     messages = []
-    for ticket in tickets:
+    for ticket, _kind, text in _mass_reply_texts(tickets, actor=actor, body=body, body_de=body_de):
         in_reply_to, references = _thread_headers(ticket, thread[ticket.pk])
         messages.append(
             Message(
@@ -844,7 +983,7 @@ def incident_mass_reply(
                 from_name=actor.get_full_name(),
                 to_email=ticket.requester_email,
                 subject=_reply_subject(ticket),
-                body_text=placeholders_fill(body, ticket=ticket, actor=actor),
+                body_text=text,
                 message_id=_msgid(ticket),
                 in_reply_to=in_reply_to,
                 references=references,

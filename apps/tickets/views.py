@@ -19,6 +19,7 @@ from django.utils.translation import ngettext
 from django.views import View
 
 from apps.accounts.roles import Role, RoleRequiredMixin
+from apps.accounts.throttle import THROTTLED_MESSAGE, retry_text, throttle_hit
 from apps.tickets import selectors, services
 from apps.tickets.charts import stats_charts
 from apps.tickets.choices import InboundStatus, TicketStatus
@@ -158,6 +159,7 @@ class TicketDetailView(SupportRequiredMixin, View):
             "canned": CannedResponse.objects.all(),
             "requester_tickets": requester_tickets,
             "context": selectors.ticket_member_context(actor=request.user, ticket=ticket),
+            "claimed_member": selectors.ticket_claimed_member(ticket=ticket),
         }
 
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
@@ -194,6 +196,14 @@ class TicketDetailView(SupportRequiredMixin, View):
                     services.ticket_update(ticket=ticket, actor=request.user, **form.cleaned_data)
                     messages.success(request, _("Ticket updated."))
                     return redirect("tickets:ticket_detail", pk=pk)
+            elif action == "confirm_sender":
+                ticket = services.ticket_sender_confirm(ticket=ticket, actor=request.user)
+                messages.success(
+                    request,
+                    _("Sender confirmed: the ticket now belongs to %(name)s.")
+                    % {"name": ticket.requester_display},
+                )
+                return redirect("tickets:ticket_detail", pk=pk)
             else:
                 raise Http404
         except services.TicketError as exc:
@@ -376,6 +386,47 @@ def _link_tickets(request: HttpRequest, incident: Incident, form: LinkForm) -> b
     return True
 
 
+def _mass_reply(
+    request: HttpRequest, incident: Incident, form: MassReplyForm, forms: dict[str, Any]
+) -> bool:
+    """Send the reply when the post confirms the preview's count; otherwise put the preview (one
+    rendered message per language, the count) into `forms` and send nothing."""
+    data = form.cleaned_data
+    preview = services.incident_mass_reply_preview(
+        incident=incident, actor=request.user, body=data["body"], body_de=data["body_de"]
+    )
+    confirmed = data["confirmed_count"]
+    if confirmed is not None and confirmed == preview.count and preview.count:
+        broadcast = services.incident_mass_reply(
+            incident=incident,
+            actor=request.user,
+            body=data["body"],
+            body_de=data["body_de"],
+            solve=data["solve"],
+        )
+        count = broadcast.messages.count()
+        messages.success(
+            request,
+            ngettext(
+                "Reply queued for %(count)d ticket.", "Reply queued for %(count)d tickets.", count
+            )
+            % {"count": count},
+        )
+        return True
+    if confirmed is not None and confirmed != preview.count:
+        messages.warning(
+            request,
+            _(
+                "The number of active tickets changed from %(before)d to %(now)d since the "
+                "preview: nothing was sent. Check the preview again."
+            )
+            % {"before": confirmed, "now": preview.count},
+        )
+    forms["preview"] = preview
+    forms["reply_form"] = MassReplyForm(initial={**data, "confirmed_count": preview.count})
+    return False
+
+
 class IncidentDetailView(SupportRequiredMixin, View):
     """Updates, linked tickets, link by hand, one reply to all, solve all, end."""
 
@@ -393,6 +444,7 @@ class IncidentDetailView(SupportRequiredMixin, View):
             ),
             "update_form": forms.get("update_form") or IncidentUpdateForm(),
             "reply_form": forms.get("reply_form") or MassReplyForm(),
+            "preview": forms.get("preview"),
             "link_form": forms.get("link_form") or LinkForm(),
         }
 
@@ -418,20 +470,12 @@ class IncidentDetailView(SupportRequiredMixin, View):
             elif action == "mass_reply":
                 form = forms["reply_form"] = MassReplyForm(request.POST)
                 if form.is_valid():
-                    broadcast = services.incident_mass_reply(
-                        incident=incident, actor=user, **form.cleaned_data
+                    sent = _mass_reply(request, incident, form, forms)
+                    if sent:
+                        return redirect("tickets:incident_detail", pk=pk)
+                    return render(
+                        request, "tickets/incident_detail.html", self._context(incident, **forms)
                     )
-                    count = broadcast.messages.count()
-                    messages.success(
-                        request,
-                        ngettext(
-                            "Reply queued for %(count)d ticket.",
-                            "Reply queued for %(count)d tickets.",
-                            count,
-                        )
-                        % {"count": count},
-                    )
-                    return redirect("tickets:incident_detail", pk=pk)
             elif action == "link":
                 form = forms["link_form"] = LinkForm(request.POST)
                 if form.is_valid() and _link_tickets(request, incident, form):
@@ -481,7 +525,10 @@ class MyTicketListView(LoginRequiredMixin, View):
 
     def post(self, request: HttpRequest) -> HttpResponse:
         form = TicketOpenForm(request.POST)
-        if form.is_valid():
+        wait = None
+        if form.is_valid() and (wait := throttle_hit("ticket_create", f"user:{request.user.pk}")):
+            form.add_error(None, THROTTLED_MESSAGE % {"wait": retry_text(wait)})
+        elif form.is_valid():
             try:
                 ticket = services.ticket_open(actor=request.user, **form.cleaned_data)
             except services.TicketError as exc:
@@ -499,7 +546,9 @@ class MyTicketListView(LoginRequiredMixin, View):
         response = render(
             request, "tickets/my_ticket_list.html", {"tickets": tickets[:100], "form": form}
         )
-        response.status_code = 400
+        response.status_code = 429 if wait else 400
+        if wait:
+            response["Retry-After"] = str(wait)
         return response
 
 

@@ -577,6 +577,12 @@ def tickets_mail_and_status() -> Iterable[Row]:
     yield from _scratch_run("tests.bench.tickets_bench", name="tickets")
 
 
+@benchmark("Room import: import_rooms with 100,000 rooms")
+def rooms_import_file() -> Iterable[Row]:
+    """tests/bench/rooms_import_bench.py in a scratch database (the command in a subprocess)."""
+    yield from _scratch_run("tests.bench.rooms_import_bench", name="rooms")
+
+
 @benchmark("Notifications: an outage for 5,000 members (declare request, background send)")
 def notifications_outage() -> Iterable[Row]:
     """tests/bench/notifications_bench.py in a scratch database (real worker, SMTP sink)."""

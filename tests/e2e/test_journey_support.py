@@ -67,10 +67,15 @@ def test_support_declares_incident_sees_linked_tickets_and_replies_to_all(
         expect(linked).to_contain_text(f"Internet offline in B{n}")
     expect(linked).not_to_contain_text("Printer")
 
-    page.get_by_label("Reply to every linked ticket").fill(
-        "Hello {first_name}, the uplink is back. Your ticket: {ticket_number}."
+    page.get_by_label("Reply in English").fill(
+        "{greeting} the uplink is back. Your ticket: {ticket_number}."
     )
     page.get_by_test_id("mass-reply").click()
+    preview = page.get_by_test_id("mass-reply-preview")
+    expect(preview).to_contain_text("Preview: this goes to 3 tickets")
+    expect(preview.get_by_test_id("mass-reply-example")).to_contain_text("Hello Ana, the uplink")
+    expect(page.get_by_test_id("broadcasts")).to_have_count(0)  # nothing sent yet
+    page.get_by_test_id("mass-reply-confirm").click()
     expect(page.locator(".messages")).to_contain_text("Reply queued for 3 tickets.")
     expect(page.get_by_test_id("broadcasts")).to_contain_text("3 of 3 mailed")
 

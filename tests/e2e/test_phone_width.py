@@ -54,7 +54,7 @@ def data():
 
 
 PAGES = {
-    None: ["/accounts/login/", "/signup/", "/status/"],
+    None: ["/accounts/login/", "/accounts/password_reset/", "/signup/", "/status/"],
     "rita": [
         "/me/",
         "/tickets/",
@@ -70,13 +70,22 @@ PAGES = {
         "/firewalls/pl-nat1/",
         "/traffic/top/",
     ],
-    "sue": ["/support/tickets/", "/support/incidents/"],
+    "sue": [
+        "/support/tickets/",
+        "/support/incidents/",
+        "/support/incidents/{incident}/",
+        "/support/stats/",
+    ],
     "ada": ["/system/"],
 }
 
 
 @pytest.mark.parametrize("width", [390, 1280])
 def test_no_page_scrolls_sideways(django_db_setup, browser, live_server, data, width):
+    from apps.tickets.services import incident_declare, ticket_open
+
+    incident = incident_declare(actor=data.user, title="Uplink down", keywords=["offline"])
+    ticket_open(actor=data.user, subject="offline since this morning", body="No internet")
     too_wide = []
     for user, paths in PAGES.items():
         context = browser.new_context(
@@ -90,7 +99,7 @@ def test_no_page_scrolls_sideways(django_db_setup, browser, live_server, data, w
             page.get_by_role("button", name="Log in").click()
             page.wait_for_load_state()
         for path in paths:
-            page.goto(path.format(member=data.pk))
+            page.goto(path.format(member=data.pk, incident=incident.pk))
             overflow = page.evaluate(OVERFLOW)
             if overflow > 0:
                 too_wide.append(f"{path} as {user}: {overflow} px too wide")

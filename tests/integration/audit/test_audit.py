@@ -32,4 +32,5 @@ def test_admin_pages_show_the_trail(make_user):
 
     audit_record(actor=None, action="subnet.note", obj=subnet)
     body = client.get(f"/admin/network/subnet/{subnet.pk}/change/").content.decode()
-    assert "subnet.note" in body
+    assert "The portal made a change to" in body
+    assert "(subnet note)" in body

@@ -102,8 +102,8 @@ def test_member_page_actions_and_audit(make_user):
     assert member.status == MemberStatus.ACTIVE
     body = client.get(url).content.decode()
     assert "Audit trail" in body
-    assert "member.active" in body
-    assert "public_ipv4.assign" in body
+    assert f'checked in <a href="{url}">{member}</a>' in body  # the trail, as sentences
+    assert "assigned the public address" in body
     # A wrong room: the message next to the field, nothing changed.
     response = client.post(url, {"action": "move", "room": "Z-999"})
     assert response.status_code == 422

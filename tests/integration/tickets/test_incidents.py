@@ -84,7 +84,7 @@ def test_mass_reply_threads_each_ticket_and_is_idempotent(listener, smtp_sink):
         ticket = Ticket.objects.get(requester_email=f"p{n}@example.org")
         assert reply["In-Reply-To"] == original["Message-ID"]
         assert original["Message-ID"] in reply["References"]
-        assert f"[#{ticket.pk}]" in reply["Subject"]
+        assert ticket.subject_tag in reply["Subject"]
         assert f"Dear Person, the uplink is back (#{ticket.pk})." in reply.get_content()
         assert ticket.status == TicketStatus.WAITING
         assert ticket.first_response_at
@@ -164,7 +164,14 @@ def test_incident_pages_declare_link_and_mass_reply(django_capture_on_commit_cal
     page = client.get(detail)
     assert "1 linked ticket" in page.text
     with django_capture_on_commit_callbacks() as callbacks:
-        client.post(detail, {"action": "mass_reply", "body": "Back up, {first_name}."})
+        preview = client.post(detail, {"action": "mass_reply", "body": "Back up, {first_name}."})
+    assert "Preview: this goes to 1 ticket" in preview.text
+    assert not callbacks  # the preview sends nothing
+    with django_capture_on_commit_callbacks() as callbacks:
+        client.post(
+            detail,
+            {"action": "mass_reply", "body": "Back up, {first_name}.", "confirmed_count": "1"},
+        )
     assert len(callbacks) == 1
     assert (
         Message.objects.filter(

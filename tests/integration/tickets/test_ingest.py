@@ -14,9 +14,14 @@ from tests.factories import UserFactory
 from tests.integration.tickets.conftest import make_mail
 
 
-def test_plain_mail_becomes_ticket_matched_to_member_and_acknowledged(listener, smtp_sink):
+def test_plain_mail_becomes_ticket_matched_to_member_and_acknowledged(
+    listener, smtp_sink, settings
+):
+    settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS = ["mx.dorm.example"]
     member = UserFactory(username="alex", email="Alex@Example.org", roles=["member"])
-    listener.send(make_mail())
+    listener.send(
+        make_mail(Authentication_Results="mx.dorm.example; dmarc=pass header.from=example.org")
+    )
 
     ticket = Ticket.objects.get()
     assert ticket.requester == member  # matched case-insensitively
@@ -29,7 +34,7 @@ def test_plain_mail_becomes_ticket_matched_to_member_and_acknowledged(listener, 
 
     (ack,) = smtp_sink.wait_for(1)
     assert ack["To"] == "alex@example.org"
-    assert f"[#{ticket.pk}]" in ack["Subject"]
+    assert ticket.subject_tag in ack["Subject"]
     assert ack["Auto-Submitted"] == "auto-replied"
     assert ack["In-Reply-To"] == message.message_id
     assert ticket.first_response_at is None  # an acknowledgement is no response
@@ -193,7 +198,7 @@ def test_reply_threads_by_in_reply_to_and_references(listener, smtp_sink):
     reply = mails[-1]
     assert reply["In-Reply-To"] == first["Message-ID"]
     assert first["Message-ID"] in reply["References"]
-    assert reply["Subject"] == f"Re: Internet down [#{ticket.pk}]"
+    assert reply["Subject"] == f"Re: Internet down [#{ticket.pk}:{ticket.reply_token}]"
 
     answer = make_mail(subject="Re: something else entirely", body="Did that, still down.")
     answer["In-Reply-To"] = reply["Message-ID"]
@@ -207,21 +212,22 @@ def test_reply_threads_by_in_reply_to_and_references(listener, smtp_sink):
     assert len(smtp_sink.wait_for(3, timeout=0.5)) == 2  # no acknowledgement for a reply
 
 
-def test_reply_threads_by_ticket_number_only_from_the_requester(listener):
+def test_reply_threads_by_the_ticket_token_not_by_the_bare_number(listener):
     listener.send(make_mail(sender="alex@example.org"))
     ticket = Ticket.objects.get()
     listener.send(
         make_mail(
-            subject=f"Re: [#{ticket.pk}] forgot something",
+            subject=f"Re: {ticket.subject_tag} forgot something",
             sender="ALEX@example.org",
             body="also the wifi",
         )
     )
     assert Ticket.objects.count() == 1
     assert ticket.messages.filter(kind=MessageKind.INBOUND).count() == 2
-    # someone else cannot write into this ticket by guessing its number
+    # the number alone is guessable and From is forgeable: a new ticket, not this one
+    listener.send(make_mail(subject=f"Re: [#{ticket.pk}] more", sender="alex@example.org"))
     listener.send(make_mail(subject=f"[#{ticket.pk}] hijack", sender="mallory@example.org"))
-    assert Ticket.objects.count() == 2
+    assert Ticket.objects.count() == 3
     assert ticket.messages.filter(kind=MessageKind.INBOUND).count() == 2
 
 

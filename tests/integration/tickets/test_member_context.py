@@ -142,13 +142,17 @@ def test_ended_incident_links_nothing(support, member):
     assert ticket.incident is None
 
 
-def test_mail_from_a_member_in_an_affected_building_is_linked(listener, transactional_db):
+def test_mail_from_a_member_in_an_affected_building_is_linked(listener, transactional_db, settings):
     from tests.integration.tickets.conftest import make_mail
 
+    settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS = ["mx.dorm.example"]
     staff = UserFactory(username="sam2", roles=["support"])
     member = member_active(user=UserFactory(email="resident@uni.example"))
     incident = incident_declare(actor=staff, title="Outage", buildings=[member.room.building])
-    listener.send(make_mail(subject="Question", sender="resident@uni.example"))
+    passed = "mx.dorm.example; spf=pass smtp.mailfrom=resident@uni.example"
+    listener.send(
+        make_mail(subject="Question", sender="resident@uni.example", Authentication_Results=passed)
+    )
     assert Ticket.objects.get(requester_email="resident@uni.example").incident == incident
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -236,18 +239,45 @@ def test_quarantine_page_shows_raw_and_dismisses(people):
     assert mail.handled_by == people["sam"]
 
 
-def test_stats_page_renders_svg_charts(people, alice_ticket):
-    page = login(people["sam"]).get(reverse("tickets:stats"))
-    assert page.status_code == 200
-    assert page.text.count("<svg") == 3
-    assert "New tickets per day" in page.text
-    # The numbers behind them: today's row counts Alice's ticket as new and open.
-    from django.utils import formats, timezone
+def _axis_texts(svg: str) -> list[str]:
+    return re.findall(r'<text[^>]*class="axis[^"]*"[^>]*>([^<]*)</text>', svg)
 
-    today = formats.date_format(timezone.localdate(), "SHORT_DATE_FORMAT")
-    row = page.text.split(f"<tr><td>{today}</td>", 1)[1].split("</tr>", 1)[0]
-    new, still_open = [cell.removeprefix("<td>") for cell in row.split("</td>")[:2]]
-    assert (new, still_open) == ("1", "1")
+
+def test_stats_page_shows_the_numbers_in_minutes_and_local_dates(people, alice_ticket):
+    """Three tickets answered after 10, 20 and 95 minutes (and Alice's, not answered yet):
+    the page reads 4 new, 4 open, a median first response of 20 minutes, on whole-number axes
+    under today's date as the reader's locale writes it."""
+    from django.utils import formats, timezone, translation
+
+    now = timezone.now()
+    for minutes in (10, 20, 95):
+        ticket = ticket_open(actor=people["bob"], subject="slow", body="since noon")
+        Ticket.objects.filter(pk=ticket.pk).update(
+            created_at=now, first_response_at=now + timedelta(minutes=minutes)
+        )
+    client = login(people["sam"])
+    page = client.get(reverse("tickets:stats")).text
+    summary = page.split('data-testid="stats-summary"', 1)[1].split("</dl>", 1)[0]
+    assert re.findall(r"<dd>([^<]*)</dd>", summary) == ["4", "4", "20 minutes"]
+
+    new_svg, open_svg, response_svg = re.findall(r"<svg.*?</svg>", page, flags=re.S)
+    today = formats.date_format(timezone.localdate(), "j M")
+    assert _axis_texts(new_svg)[:6] == ["tickets", "0", "1", "2", "3", "4"]
+    assert _axis_texts(new_svg)[-1] == today  # the newest day is labelled, "25 Nov"
+    assert _axis_texts(response_svg)[:6] == ["minutes", "0", "5", "10", "15", "20"]
+    assert f"<title>{today}: 20 minutes</title>" in response_svg
+    assert f"<title>{today}: 4 tickets</title>" in open_svg
+    table_today = formats.date_format(timezone.localdate(), "SHORT_DATE_FORMAT")
+    row = page.split(f"<tr><td>{table_today}</td>", 1)[1].split("</tr>", 1)[0]
+    assert re.findall(r"<td>([^<]*)</td>", row) == ["4", "4", "20"]
+
+    german = client.get(reverse("tickets:stats"), HTTP_ACCEPT_LANGUAGE="de").text
+    with translation.override("de"):
+        heute = formats.date_format(timezone.localdate(), "j. M")
+        tag = formats.date_format(timezone.localdate(), "SHORT_DATE_FORMAT")
+    assert "20 Minuten" in german
+    assert f"<title>{heute}: 20 Minuten</title>" in german
+    assert f"<tr><td>{tag}</td>" in german
 
 
 def test_ticket_page_of_a_ticket_linked_to_an_incident(people, alice_ticket):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.members.admin import import_summary
-from apps.members.services import IMPORT_COLUMNS, rooms_import
+from apps.members.roomimport import IMPORT_COLUMNS, rooms_import
 from apps.network.errors import NetworkError
 
 
@@ -20,11 +19,14 @@ class Command(BaseCommand):
         parser.add_argument("path", type=Path)
 
     def handle(self, *args: Any, path: Path, **options: Any) -> None:
+        """Import the file; any refusal is one line on stderr naming the file's line, exit 1."""
         try:
-            with path.open(newline="", encoding="utf-8-sig") as handle:
-                counts = rooms_import(rows=csv.DictReader(handle), actor=None)
-        except FileNotFoundError:
-            raise CommandError(f"{path}: no such file") from None
+            data = path.read_bytes()
+        except OSError as exc:
+            raise CommandError(f"{path}: {exc.strerror or exc} (nothing was imported)") from None
+        try:
+            counts = rooms_import(data=data, actor=None)
         except NetworkError as exc:
-            raise CommandError(f"{path}: {exc.message} (nothing was imported)") from None
+            message = " ".join(str(exc.message).split())  # one line, whatever the file held
+            raise CommandError(f"{path}: {message} (nothing was imported)") from None
         self.stdout.write(import_summary(counts))
