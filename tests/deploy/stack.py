@@ -54,29 +54,26 @@ def stop(proc: subprocess.Popen | None) -> None:
         proc.wait(timeout=5)
 
 
-def exec_start(unit: Path) -> list[str]:
-    """The ExecStart= command line of a unit file, as argv."""
+def exec_start(unit: Path, replace: dict[str, str] | None = None) -> list[str]:
+    """The ExecStart= command line of a unit file, as argv (after text replacements: ports)."""
     match = re.search(r"^ExecStart=(.+)$", unit.read_text(), flags=re.M)
     assert match, f"{unit} has no ExecStart"
-    return shlex.split(match.group(1))
+    line = match.group(1).replace("%H", "test")  # systemd's host name specifier
+    for old, new in (replace or {}).items():
+        assert old in line, f"{old!r} is not in {unit.name}'s ExecStart"
+        line = line.replace(old, new)
+    return shlex.split(line)
 
 
 def start_unit(
     unit: Path, *, env: dict[str, str], cwd: Path, log: Path, replace: dict[str, str] | None = None
 ) -> subprocess.Popen:
-    """Run what the unit's ExecStart runs (text replacements: ports), in its own process group."""
-    argv = [_replace(arg, replace or {}) for arg in exec_start(unit)]
-    argv = [arg.replace("%H", "test") for arg in argv]  # systemd's host name specifier
+    """Run what the unit's ExecStart runs, in its own process group."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-
-def _replace(text: str, replace: dict[str, str]) -> str:
-    for old, new in replace.items():
-        text = text.replace(old, new)
-    return text
+            exec_start(unit, replace), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
 
 
 def tls_pair(directory: Path) -> None:
@@ -107,8 +104,9 @@ class Nginx:
         site = re.sub(r"listen 443\b", f"listen 127.0.0.1:{self.https_port}", site)
         site = re.sub(r"listen 80\b", f"listen 127.0.0.1:{self.http_port}", site)
         site = site.replace("127.0.0.1:8000", f"127.0.0.1:{self.upstream_port}")
-        site = site.replace("/etc/ssl/portal", str(self.prefix))
-        return site.replace("/srv/portal", str(self.home))
+        # Whole paths only: an installed site already names a scratch .../srv/portal.
+        site = re.sub(r"(?<!\S)/etc/ssl/portal", str(self.prefix), site)
+        return re.sub(r"(?<!\S)/srv/portal", str(self.home), site)
 
     def start(self) -> Nginx:
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"

@@ -7,10 +7,7 @@ everyone and the sign-up limits were one bucket for the whole dorm."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import urllib.parse
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -30,17 +27,6 @@ from tests.deploy.stack import (
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"  # three clients; loopback, and none is nginx
 FAILURES = 3
-
-
-@pytest.fixture
-def scratch():
-    """A prefix nginx's unprivileged workers can enter (pytest's tmp_path is 0700 to root)."""
-    path = Path(tempfile.mkdtemp(prefix="portal-proxy-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def database_url() -> str:
