@@ -589,6 +589,12 @@ def notifications_outage() -> Iterable[Row]:
     yield from _scratch_run("tests.bench.notifications_bench", name="notifications")
 
 
+@benchmark("Health check: /healthz behind gunicorn (PostgreSQL, Redis, worker heartbeat)")
+def healthz_latency() -> Iterable[Row]:
+    """tests/bench/healthz_bench.py: gunicorn as portal-web.service starts it, DEBUG=0."""
+    yield from _scratch_run("tests.bench.healthz_bench", name="healthz")
+
+
 def _sections(text: str) -> dict[str, list[str]]:
     """The "## title" sections of an existing BENCHMARKS.md, by title."""
     found: dict[str, list[str]] = {}

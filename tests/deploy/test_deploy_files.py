@@ -95,4 +95,5 @@ def test_the_units_exist():
         "portal-worker.service",
         "portal-firewall.service",
         "portal-beat.service",
+        "portal-mail.service",
     }
