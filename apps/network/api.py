@@ -702,16 +702,11 @@ class PortForwardProbeAPI(generics.GenericAPIView):
 
     @extend_schema(request=None, responses=ProbeResultSerializer(many=True))
     def post(self, request: Request, pk: int) -> Response:
-        from apps.network.probe import ProbeRefused, forward_probe
+        from apps.network.probe import forward_probe
 
         forward = self.get_object()
 
-        def run() -> Any:
-            if forward.public_address is None:
-                raise ProbeRefused(gettext("The forward has no public address to test."))
-            return forward_probe(actor=request.user, forward=forward)
-
-        return _probe_response(run)
+        return _probe_response(lambda: forward_probe(actor=request.user, forward=forward))
 
 
 class Ipv6OpeningProbeAPI(generics.GenericAPIView):

@@ -54,6 +54,8 @@ def _rate_key(member_id: int) -> str:
 
 
 def _targets_of_forward(forward: PortForward) -> list[tuple[str, str, int]]:
+    if forward.public_address is None:  # the membership no longer holds a public IPv4
+        raise ProbeRefused(_("The forward has no public address to test."))
     address = str(forward.public_address.address)
     protocols = ("tcp", "udp") if forward.protocol == "both" else (forward.protocol,)
     return [(p, address, forward.public_first) for p in protocols]

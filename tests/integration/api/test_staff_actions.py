@@ -263,3 +263,19 @@ def test_quarantined_mail_is_listed_and_dismissed_by_support(make_user):
     assert mail.handled_by == support_user
     assert AuditEntry.objects.filter(action="mail.dismiss", actor=support_user).exists()
     assert support.post(f"/api/quarantine/{mail.pk}/dismiss/").status_code == 404
+
+
+def test_a_forward_without_public_address_says_so_on_the_page_and_in_the_api():
+    from apps.network.models import PortForward
+
+    member = member_active()
+    forward = forward_add(member)
+    # Released with the membership's public IPv4: disabled, no address.
+    PortForward.objects.filter(pk=forward.pk).update(public_address=None, enabled=False)
+    client = login(member.user)
+    api = client.post(f"/api/port-forwards/{forward.pk}/test/")
+    assert api.status_code == 400
+    assert "no public address" in api.json()["non_field_errors"][0]
+    page = client.post(f"/port-forwards/{forward.pk}/test/", HTTP_HX_REQUEST="true")
+    assert page.status_code < 500
+    assert "no public address" in page.content.decode()
