@@ -412,15 +412,16 @@ wait_roles() { # V4HOST V6HOST SECONDS
 	die "VRRP did not settle to IPv4 on $1, IPv6 on $2 within $3 s (lab.sh ha-status nat1|nat2)"
 }
 
-wait_roles_stable() { # V4HOST V6HOST SECONDS: as wait_roles, and held for a second (a keepalived
-	# that just started drops the addresses it finds, then takes them again as primary)
-	local deadline=$((SECONDS + $3)) held=0
+wait_roles_stable() { # V4HOST V6HOST SECONDS: as wait_roles, and held for a second of wall time
+	# (a keepalived that just started drops the addresses it finds, then takes them again)
+	local deadline=$((SECONDS + $3)) since="" now
 	while ((SECONDS <= deadline)); do
+		now=${EPOCHREALTIME/./}
 		if roles_are "$1" "$2"; then
-			held=$((held + 1))
-			((held >= 10)) && return 0
+			[[ -n $since ]] || since=$now
+			((now - since >= 1000000)) && return 0
 		else
-			held=0
+			since=""
 		fi
 		sleep 0.1
 	done
@@ -944,7 +945,7 @@ cmd_up() {
 	start_sshd "$PROBE"
 	start_keepalived "${NAT_HOSTS[@]}"
 	for host in "${NAT_HOSTS[@]}" "$PROBE"; do wait_sshd "$host"; done
-	wait_roles_stable pl-nat1 pl-nat2 15
+	wait_roles_stable pl-nat1 pl-nat2 20
 	write_lab_json
 	log "up in $((SECONDS - t0))s: pl-nat1 ${MGMT_ADDR[pl-nat1]}, pl-nat2 ${MGMT_ADDR[pl-nat2]} (ssh root, key $LAB_VAR/portal_ed25519, known_hosts $LAB_VAR/known_hosts); IPv4 on $(read_role ipv4), IPv6 on $(read_role ipv6)"
 }
