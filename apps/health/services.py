@@ -14,6 +14,7 @@ from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost
 from apps.firewall.transport import FirewallUnreachable, session_for
 from apps.health.models import HostHealthSample
+from apps.tickets.status import status_cache_refresh
 
 
 def _digest_args(host: FirewallHost) -> tuple[str, ...]:
@@ -77,9 +78,23 @@ def host_digest_compare(*, host: FirewallHost, digest: dict) -> list[str]:
     return differs
 
 
+def _public_face(sample: HostHealthSample | None) -> tuple:
+    """What of a sample the public status page shows: reachable, and each family's VRRP state."""
+    if sample is None:
+        return ()
+    instances = (sample.ha or {}).get("instances") or {}
+    return sample.reachable, tuple(
+        sorted((k, (v or {}).get("state")) for k, v in instances.items())
+    )
+
+
 @transaction.atomic
 def _store(host: FirewallHost, sample: HostHealthSample) -> HostHealthSample:
+    previous = HostHealthSample.objects.filter(host=host).order_by("-pk").first()
     sample.save()
+    if _public_face(previous) != _public_face(sample):
+        # A failover or a host lost: the status page says so now, not when its cache expires.
+        transaction.on_commit(status_cache_refresh)
     keep = settings.PORTAL_HEALTH_SAMPLES_KEPT
     stale = HostHealthSample.objects.filter(host=host).values_list("pk", flat=True)[keep:]
     HostHealthSample.objects.filter(pk__in=list(stale)).delete()

@@ -62,18 +62,24 @@ def test_firewall_health_summary_is_shown_from_the_cached_data():
     assert "2 of 2 firewalls report a problem" in page
 
 
-def test_the_status_page_says_when_a_family_runs_on_the_backup_firewall():
+def pair_hosts() -> list[FirewallHost]:
+    """An HA pair on the default site: nat1 designated for IPv4, nat2 for IPv6."""
     from apps.firewall.models import Site
-    from apps.health.models import HostHealthSample
 
     Site.objects.filter(pk=Site.default_pk()).update(virtual_addresses="member 10.100.0.1/16")
-    hosts = [
+    return [
         FirewallHost.objects.create(
             name=f"nat{n}", address=f"10.255.255.1{n}", rollout_order=n, sync_interface="sync0",
             sync_address4=f"10.255.254.{n}",
         )
         for n in (1, 2)
     ]  # fmt: skip
+
+
+def test_the_status_page_says_when_a_family_runs_on_the_backup_firewall():
+    from apps.health.models import HostHealthSample
+
+    hosts = pair_hosts()
 
     def sample(host, ipv4, ipv6):
         instances = {"ipv4": {"state": ipv4}, "ipv6": {"state": ipv6}}
@@ -90,6 +96,30 @@ def test_the_status_page_says_when_a_family_runs_on_the_backup_firewall():
     assert "IPv4 traffic is running on the backup firewall" in page
     german = Client().get(reverse("tickets:status_page"), HTTP_ACCEPT_LANGUAGE="de").text
     assert "Der IPv4-Verkehr läuft über die Backup-Firewall" in german
+
+
+def test_a_failover_reaches_the_cached_status_page_at_once(django_capture_on_commit_callbacks):
+    from apps.health.models import HostHealthSample
+    from apps.health.services import _store
+
+    hosts = pair_hosts()
+
+    def store(host, ipv4, ipv6):  # as the health beat stores what it read
+        instances = {"ipv4": {"state": ipv4}, "ipv6": {"state": ipv6}}
+        _store(host, HostHealthSample(host=host, reachable=True, ha={"instances": instances}))
+
+    store(hosts[0], "MASTER", "BACKUP")
+    store(hosts[1], "BACKUP", "MASTER")
+    status_cache_clear()
+    url = reverse("tickets:status_page")
+    assert "backup firewall" not in Client().get(url).text  # cached for 30 s from here
+    with django_capture_on_commit_callbacks(execute=True) as unchanged:
+        store(hosts[0], "MASTER", "BACKUP")
+    assert unchanged == []  # the same roles again: the cache stays
+    with django_capture_on_commit_callbacks(execute=True):
+        store(hosts[0], "FAULT", "FAULT")
+        store(hosts[1], "MASTER", "MASTER")
+    assert "IPv4 traffic is running on the backup firewall" in Client().get(url).text
 
 
 def test_no_firewalls_no_summary():
