@@ -449,6 +449,7 @@ ha_diagnosis() { # to stderr: what each host's VRRP sees, for a failure's report
 		log "diagnosis $host: priorities $(cat "$dir/priority-ipv4" "$dir/priority-ipv6" 2>/dev/null | tr '\n' ' ')"
 		log "diagnosis $host: status $(ip netns exec "$host" "$HA_NOTIFY" status "$dir/conntrackd.conf" "$dir" 2>&1 | head -c 1500)"
 		log "diagnosis $host: notify.log: $(tail -n 8 "$dir/notify.log" 2>/dev/null | tr '\n' ';')"
+		log "diagnosis $host: keepalived.log: $(tail -n 25 "$dir/keepalived.log" 2>/dev/null | cut -c1-160 | tr '\n' ';')"
 	done
 }
 
