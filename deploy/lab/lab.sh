@@ -382,7 +382,9 @@ start_keepalived() { # both hosts right after each other: the first election nee
 vip_holder() { # ADDRESS/PREFIX IFNAME -> the host that holds it (or nothing)
 	local host
 	for host in "${NAT_HOSTS[@]}"; do
-		if ip -n "$host" -o addr show dev "$2" 2>/dev/null | grep -qF " $1 "; then
+		# Not grep -q: it would stop reading at the first match, ip (which flushes each line)
+		# would die of SIGPIPE, and pipefail would call a held address missing, now and then.
+		if ip -n "$host" -o addr show dev "$2" 2>/dev/null | grep -F " $1 " >/dev/null; then
 			echo "$host"
 			return 0
 		fi
@@ -436,6 +438,12 @@ wait_roles_stable() { # V4HOST V6HOST SECONDS
 
 ha_diagnosis() { # to stderr: what each host's VRRP sees, for a failure's report
 	local host dir pid item ifname addr
+	for item in "${VIP4[@]}" "${VIP6[@]}"; do
+		read -r ifname addr <<<"$item"
+		log "diagnosis: $addr on $ifname of: $(for host in "${NAT_HOSTS[@]}"; do
+			ip -n "$host" -o addr show dev "$ifname" 2>/dev/null | grep -F " $addr " | sed "s/^/$host: /"
+		done | tr -s ' ' | tr '\n' ';')"
+	done
 	for host in "${NAT_HOSTS[@]}"; do
 		dir=$(ha_dir "$host")
 		log "diagnosis $host: processes: $(for pid in $(ip netns pids "$host" 2>/dev/null); do
@@ -444,26 +452,13 @@ ha_diagnosis() { # to stderr: what each host's VRRP sees, for a failure's report
 		log "diagnosis $host: links: $(ip -n "$host" -br link 2>/dev/null | tr -s ' ' | tr '\n' ';')"
 		for item in "${VIP4[@]}" "${VIP6[@]}"; do
 			read -r ifname addr <<<"$item"
-			ip -n "$host" -o addr show dev "$ifname" 2>/dev/null | grep -qF " $addr " && log "diagnosis $host: holds $addr"
+			ip -n "$host" -o addr show dev "$ifname" 2>/dev/null | grep -F " $addr " >/dev/null && log "diagnosis $host: holds $addr"
 		done
 		log "diagnosis $host: priorities $(cat "$dir/priority-ipv4" "$dir/priority-ipv6" 2>/dev/null | tr '\n' ' ')"
 		log "diagnosis $host: status $(ip netns exec "$host" "$HA_NOTIFY" status "$dir/conntrackd.conf" "$dir" 2>&1 | head -c 1500)"
 		log "diagnosis $host: notify.log: $(tail -n 8 "$dir/notify.log" 2>/dev/null | tr '\n' ';')"
-		log "diagnosis $host: keepalived.log: $(tail -n 25 "$dir/keepalived.log" 2>/dev/null | cut -c1-160 | tr '\n' ';')"
+		log "diagnosis $host: keepalived.log (no ARP/NA lines): $(grep -v 'gratuitous ARP\|Neighbour Advert' "$dir/keepalived.log" 2>/dev/null | tail -n 40 | cut -c1-160 | tr '\n' ';')"
 	done
-}
-
-restart_keepalived() { # HOST...: stop every keepalived inside, then start both anew
-	local host pid pids
-	for host in "$@"; do
-		pids=()
-		for pid in $(ip netns pids "$host" 2>/dev/null); do
-			[[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == keepalived ]] && pids+=("$pid")
-		done
-		kill_pids "${pids[@]}"
-		rm -f "$(ha_dir "$host")"/{keepalived,vrrp,checkers}.pid
-	done
-	start_keepalived "$@"
 }
 
 flush_neighbours() { # after a planned move: no neighbour waits out its ARP lock time
@@ -753,7 +748,7 @@ client_ns() { echo "pl-c-${1//:/}"; }
 client_port() { echo "c${1//:/}"; }
 
 client_addr() { # the IPv4 the client holds, if any
-	ip -n "$1" -4 -o addr show dev eth0 scope global 2>/dev/null | awk '{sub(/\/.*/, "", $4); print $4; exit}'
+	ip -n "$1" -4 -o addr show dev eth0 scope global 2>/dev/null | awk 'NR == 1 {sub(/\/.*/, "", $4); print $4}' # reads all: no SIGPIPE for ip
 }
 
 client_dhclient() { # ns mac: one dhclient run; it stays and renews when it got a lease
@@ -983,13 +978,7 @@ cmd_up() {
 	start_sshd "$PROBE"
 	start_keepalived "${NAT_HOSTS[@]}"
 	for host in "${NAT_HOSTS[@]}" "$PROBE"; do wait_sshd "$host"; done
-	if ! roles_settle pl-nat1 pl-nat2 20; then
-		# Seen only in CI, never reproduced here: say what VRRP saw, then start it once more.
-		ha_diagnosis
-		log "VRRP did not settle within 20 s: restarting keepalived on both hosts"
-		restart_keepalived "${NAT_HOSTS[@]}"
-		wait_roles_stable pl-nat1 pl-nat2 20
-	fi
+	wait_roles_stable pl-nat1 pl-nat2 20
 	write_lab_json
 	log "up in $((SECONDS - t0))s: pl-nat1 ${MGMT_ADDR[pl-nat1]}, pl-nat2 ${MGMT_ADDR[pl-nat2]} (ssh root, key $LAB_VAR/portal_ed25519, known_hosts $LAB_VAR/known_hosts); IPv4 on $(read_role ipv4), IPv6 on $(read_role ipv6)"
 }
