@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import json
 import os
 import resource
@@ -396,7 +397,7 @@ def class_rows(counts: Sequence[int], repeat: int) -> list[Row]:
     rows: list[Row] = []
     ns = f"{PREFIX}tc"
     for n in counts:
-        for root, queues in (("htb", 1), ("mq", 4)):
+        for root, queues in (("htb", 1), ("mq", 4), ("mq", 8)):
             host = dataclasses.replace(
                 synthetic_host(), shaping_root=ShapingRoot(root), tx_queues=queues
             )
@@ -426,20 +427,9 @@ def class_rows(counts: Sequence[int], repeat: int) -> list[Row]:
 
 # ------------------------------------------------------------------------------------- flows
 
-_SENDER = r"""
-import socket
-import struct
-import sys
-import time
-dst, dport, sender, count, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-d = socket.inet_aton(dst)
-payload = b"x" * 18
-pkts = []
-for f in range(count):
-    src = socket.inet_aton("198.19.%d.%d" % (16 * sender + f // 60000 // 250, 1 + f // 60000 % 250))
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 0, 0, 0, 64, 17, 0, src, d)
-    pkts.append(ip + struct.pack("!HHHH", 1024 + f % 60000, dport, 8 + len(payload), 0) + payload)
-s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+# Both senders: wait for "go" on stdin, send the prepared packets (bounded by count and time),
+# print "sent start end".
+_SEND_LOOP = r"""
 addr = (dst, 0)
 sys.stdout.write("ready\n"); sys.stdout.flush()
 sys.stdin.readline()
@@ -458,8 +448,70 @@ print(sent, start, time.perf_counter())
 """
 
 
-def _flow_setup(fw: str, cli: str, srv: str, host: Host, device: str) -> None:
-    """client pl-cbc (198.19.255.2) -- uplink | firewall | member side -- server (`device`)."""
+_SENDER = (
+    r"""
+import socket
+import struct
+import sys
+import time
+dst, dport, sender, count, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+# new: each packet a new flow from the Internet side; same: every packet of one flow;
+# members: each packet a new flow from a device address of the synthetic members (10.0.1.0 on)
+mode = sys.argv[6] if len(sys.argv) > 6 else "new"
+d = socket.inet_aton(dst)
+payload = b"x" * 18
+pkts = []
+for f in range(count):
+    if mode == "members":
+        src = socket.inet_aton("10.0.%d.%d" % (1 + sender, 1 + f // 60000))
+    elif mode == "same":
+        src = socket.inet_aton("198.19.%d.1" % (16 * sender))
+    else:
+        src = socket.inet_aton("198.19.%d.%d" % (16 * sender + f // 60000 // 250, 1 + f // 60000 % 250))
+    sport = 1024 if mode == "same" else 1024 + f % 60000
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 0, 0, 0, 64, 17, 0, src, d)
+    pkts.append(ip + struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload)
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+"""
+    + _SEND_LOOP
+)
+
+
+_SENDER6 = (
+    r"""
+import socket
+import struct
+import sys
+import time
+dst, dport, sender, count, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+d = socket.inet_pton(socket.AF_INET6, dst)
+def csum(data):
+    total = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+pkts = []
+for f in range(count):
+    # fd00:198:19:<sender>::/64, a new source address every 60,000 ports: each packet a new flow
+    src = socket.inet_pton(socket.AF_INET6, "fd00:198:19:%x::%x" % (sender, 1 + f // 60000))
+    sport = 1024 + f % 60000
+    # a SYN that passes the malformed-SYN checks: window 64240, an MSS option (doff 6)
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, f, 0, 0x60, 0x02, 64240, 0, 0) + b"\x02\x04\x05\xb4"
+    pseudo = src + d + struct.pack("!IxxxB", len(tcp), 6)
+    tcp = tcp[:16] + struct.pack("!H", csum(pseudo + tcp)) + tcp[18:]
+    ip = struct.pack("!IHBB16s16s", 6 << 28, len(tcp), 6, 64, src, d)
+    pkts.append(ip + tcp)
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
+"""
+    + _SEND_LOOP
+)
+
+
+def _flow_setup(
+    fw: str, cli: str, srv: str, host: Host, device: str, device6: str, dport: int
+) -> None:
+    """client pl-cbc (198.19.255.2, fd00:198:19:ffff::2) -- uplink | firewall | member side --
+    server (`device`, `device6`), which counts and drops what arrives for `dport`."""
     up, down = host.uplink_interfaces[0], host.member_interfaces[0]
     _run("ip", "link", "add", up, "type", "veth", "peer", "name", "pl-cbc", ns=fw)
     _run("ip", "link", "set", "pl-cbc", "netns", cli, ns=fw)
@@ -467,6 +519,7 @@ def _flow_setup(fw: str, cli: str, srv: str, host: Host, device: str) -> None:
     _run("ip", "link", "set", "pl-cbs", "netns", srv, ns=fw)
     for sysctl in (
         "net.ipv4.ip_forward=1",
+        "net.ipv6.conf.all.forwarding=1",
         "net.ipv4.conf.all.rp_filter=0",
         "net.ipv4.conf.default.rp_filter=0",
     ):
@@ -483,10 +536,20 @@ def _flow_setup(fw: str, cli: str, srv: str, host: Host, device: str) -> None:
     _run("ip", "addr", "add", f"{device}/8", "dev", "pl-cbs", ns=srv)
     _run("ip", "link", "set", "pl-cbs", "up", ns=srv)
     _run("ip", "route", "add", "default", "via", "10.0.0.1", ns=srv)
+    # IPv6: the client's senders use sources in fd00:198:19::/48; the member's /64 is on-link.
+    net6 = str(ipaddress.IPv6Network(f"{device6}/64", strict=False))
+    gw6 = str(ipaddress.IPv6Network(net6)[0xFFFF])
+    _run("ip", "-6", "addr", "add", "fd00:198:19:ffff::1/64", "dev", up, "nodad", ns=fw)
+    _run("ip", "-6", "route", "add", "fd00:198:19::/48", "via", "fd00:198:19:ffff::2", ns=fw)
+    _run("ip", "-6", "addr", "add", f"{gw6}/64", "dev", down, "nodad", ns=fw)
+    _run("ip", "-6", "addr", "add", "fd00:198:19:ffff::2/64", "dev", "pl-cbc", "nodad", ns=cli)
+    _run("ip", "-6", "route", "add", "2001:db8::/32", "via", "fd00:198:19:ffff::1", ns=cli)
+    _run("ip", "-6", "addr", "add", f"{device6}/64", "dev", "pl-cbs", "nodad", ns=srv)
+    _run("ip", "-6", "route", "add", "default", "via", gw6, ns=srv)
     counter = (
         "table inet plc_count {\n counter rx {\n }\n chain pre {\n"
         "  type filter hook prerouting priority -300; policy accept;\n"
-        "  udp dport 27015 counter name rx drop\n }\n}\n"
+        f"  meta l4proto {{ tcp, udp }} th dport {dport} counter name rx drop\n }}\n}}\n"
     )
     subprocess.run(
         ["ip", "netns", "exec", srv, "nft", "-f", "-"],
@@ -506,7 +569,15 @@ def _received(srv: str) -> int:
     raise RuntimeError("no counter")
 
 
-def _send_flows(cli: str, dst: str, senders: int, count: int, seconds: float) -> tuple[int, float]:
+def _send_flows(
+    cli: str,
+    dst: str,
+    senders: int,
+    count: int,
+    seconds: float,
+    dport: int = 27015,
+    mode: str = "new",
+) -> tuple[int, float]:
     procs = []
     try:
         for k in range(senders):
@@ -521,12 +592,13 @@ def _send_flows(cli: str, dst: str, senders: int, count: int, seconds: float) ->
                         str(int(seconds) + 30),
                         PYTHON,
                         "-c",
-                        _SENDER,
+                        _SENDER6 if ":" in dst else _SENDER,
                         dst,
-                        "27015",
+                        str(dport),
                         str(k),
                         str(count),
                         str(seconds),
+                        mode,
                     ],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
@@ -553,14 +625,19 @@ def _send_flows(cli: str, dst: str, senders: int, count: int, seconds: float) ->
 
 
 def flow_rows(members: int, repeat: int, count: int = 110_000, seconds: float = 4.0) -> list[Row]:
-    """New flows per second to a forward of the last member: N members vs 1 vs conntrack only."""
+    """New flows per second to the last member, IPv4 to a forward (UDP, DNAT) and IPv6 to an
+    opening (TCP SYNs): N members vs 1 member vs conntrack only, side by side in one run."""
     last = synthetic_member(members - 1)
     fwd = next(
         f for f in last.forwards if f.protocol is Protocol.UDP and f.public_ports.first == 27015
     )
     device = next(d for d in last.devices if d.id == fwd.device_id)
+    opening = last.openings[0]  # TCP 22 on the member's first device (synthetic.py)
+    device6 = next(d for d in last.devices if d.id == opening.device_id).ipv6[0]
     assert device.ipv4 is not None
     assert last.public_ipv4 is not None
+    assert opening.protocol is Protocol.TCP
+    assert opening.ports is not None
     host = synthetic_host()
     full = compile_snapshot(synthetic_snapshot(members))
     one = compile_snapshot(Snapshot(synthetic_policy(), host, (last,)))
@@ -570,58 +647,196 @@ def flow_rows(members: int, repeat: int, count: int = 110_000, seconds: float = 
         "  ct state established,related accept\n  ct state invalid drop\n  ct state new accept\n"
         " }\n}\n"
     )
-    configs: list[tuple[str, str, str]] = [
-        (f"{members} members", full.nft, str(last.public_ipv4)),
-        ("1 member", one.nft, str(last.public_ipv4)),
-        ("conntrack only", ct_only, str(device.ipv4)),
-    ]
-    rates: dict[str, list[float]] = {name: [] for name, _, _ in configs}
+    port6 = opening.ports.first
+    # (family, config name, rule set, destination, port)
+    configs: list[tuple[str, str, str, str, int]] = []
+    for family, dst, port in (
+        ("IPv4", str(last.public_ipv4), 27015),
+        ("IPv6", str(device6), port6),
+    ):
+        configs += [
+            (family, f"{members} members", full.nft, dst, port),
+            (family, "1 member", one.nft, dst, port),
+            (
+                family,
+                "conntrack only",
+                ct_only,
+                str(device.ipv4) if family == "IPv4" else dst,
+                port,
+            ),
+        ]
+    rates: dict[tuple[str, str], list[float]] = {(f, n): [] for f, n, *_ in configs}
     fw, cli, srv = f"{PREFIX}fw", f"{PREFIX}cli", f"{PREFIX}srv"
     with tempfile.TemporaryDirectory(prefix="pl-cbench-") as tmp:
         for _ in range(repeat):
-            for name, text, dst in configs:
+            for family, name, text, dst, port in configs:
                 with namespaces(fw, cli, srv):
-                    _flow_setup(fw, cli, srv, host, str(device.ipv4))
+                    _flow_setup(fw, cli, srv, host, str(device.ipv4), str(device6), port)
                     _run("nft", "-f", _write(tmp, "fw.nft", text), ns=fw)
                     _run("ping", "-c", "1", "-W", "2", str(device.ipv4), ns=fw, check=False)
+                    _run("ping", "-c", "1", "-W", "2", str(device6), ns=fw, check=False)
                     _run("ping", "-c", "1", "-W", "2", "198.19.255.1", ns=cli, check=False)
+                    _run("ping", "-c", "1", "-W", "2", "fd00:198:19:ffff::1", ns=cli, check=False)
                     before = _received(srv)
-                    _sent, elapsed = _send_flows(cli, dst, 2, count, seconds)
+                    _sent, elapsed = _send_flows(cli, dst, 2, count, seconds, port)
                     time.sleep(0.2)
-                    rates[name].append((_received(srv) - before) / elapsed)
-    sec = "new flows per second"
+                    rates[(family, name)].append((_received(srv) - before) / elapsed)
     rows: list[Row] = []
-    for name, values in rates.items():
-        m = statistics.median(values)
+    for family in ("IPv4", "IPv6"):
+        sec = "new flows per second" + ("" if family == "IPv4" else ", IPv6")
+        what = "forward" if family == "IPv4" else "opening"
+        for (fam, name), values in rates.items():
+            if fam != family:
+                continue
+            m = statistics.median(values)
+            rows.append(
+                (
+                    sec,
+                    f"to the last member's {what}, {name} [median {m:.0f}]",
+                    max(values),
+                    "flows/s",
+                    "",
+                )
+            )
+        big = statistics.median(rates[(family, f"{members} members")])
         rows.append(
             (
                 sec,
-                f"to the last member's forward, {name} [median {m:.0f}]",
-                max(values),
-                "flows/s",
-                "",
+                f"{members} members / 1 member (medians)",
+                big / statistics.median(rates[(family, "1 member")]),
+                "ratio",
+                ">= 0.9",
             )
         )
-    big = statistics.median(rates[f"{members} members"])
+        rows.append(
+            (
+                sec,
+                f"{members} members / conntrack only (medians)",
+                big / statistics.median(rates[(family, "conntrack only")]),
+                "ratio",
+                ">= 0.85",
+            )
+        )
+    rows.append(
+        ("new flows per second", "flows sent per measurement (2 senders)", 2 * count, "packets", "")
+    )
+    return rows
+
+
+RESOLVER = "198.19.255.53"
+
+
+def data_path_rows(
+    members: int, repeat: int, count: int = 110_000, seconds: float = 4.0
+) -> list[Row]:
+    """Established-flow packets per second (full rule set / conntrack only / no firewall), and
+    DNS queries per second from the members to a resolver behind the firewall, with the
+    resolver in the policy (conntrack bypassed both ways) and without (tracked and NATed)."""
+    last = synthetic_member(members - 1)
+    fwd = next(
+        f for f in last.forwards if f.protocol is Protocol.UDP and f.public_ports.first == 27015
+    )
+    device = next(d for d in last.devices if d.id == fwd.device_id)
+    assert device.ipv4 is not None
+    assert last.public_ipv4 is not None
+    device6 = str(device.ipv6[0])
+    host = synthetic_host()
+    plain = synthetic_snapshot(members)
+    full = compile_snapshot(plain).nft
+    bypass = compile_snapshot(
+        dataclasses.replace(
+            plain,
+            policy=dataclasses.replace(
+                plain.policy, dns_servers=(ipaddress.IPv4Address(RESOLVER),)
+            ),
+        )
+    ).nft
+    ct_only = (
+        "table inet plc_ct {\n chain forward {\n"
+        "  type filter hook forward priority filter; policy accept;\n"
+        "  ct state established,related accept\n  ct state invalid drop\n  ct state new accept\n"
+        " }\n}\n"
+    )
+    # (section, name, rule set or None, destination)
+    established = [
+        ("established", f"{members} members", full, str(last.public_ipv4)),
+        ("established", "conntrack only", ct_only, str(device.ipv4)),
+        ("established", "no firewall", None, str(device.ipv4)),
+    ]
+    dns = [
+        ("dns", "resolver in the policy (no conntrack)", bypass, RESOLVER),
+        ("dns", "resolver not in the policy (tracked, NAT)", full, RESOLVER),
+    ]
+    rates: dict[tuple[str, str], list[float]] = {(k, n): [] for k, n, _, _ in established + dns}
+    fw, cli, srv = f"{PREFIX}fw", f"{PREFIX}cli", f"{PREFIX}srv"
+    with tempfile.TemporaryDirectory(prefix="pl-cbench-") as tmp:
+        for _ in range(repeat):
+            for kind, name, text, dst in established + dns:
+                with namespaces(fw, cli, srv):
+                    _flow_setup(fw, cli, srv, host, str(device.ipv4), device6, 27015)
+                    if text is not None:
+                        _run("nft", "-f", _write(tmp, "fw.nft", text), ns=fw)
+                    _run("ping", "-c", "1", "-W", "2", str(device.ipv4), ns=fw, check=False)
+                    _run("ping", "-c", "1", "-W", "2", "198.19.255.2", ns=fw, check=False)
+                    if kind == "established":
+                        before = _received(srv)
+                        _sent, elapsed = _send_flows(cli, dst, 2, count, seconds, mode="same")
+                        time.sleep(0.2)
+                        got = _received(srv) - before
+                    else:  # the resolver answers nothing: cli counts and drops the queries
+                        _run("ip", "addr", "add", f"{RESOLVER}/32", "dev", "pl-cbc", ns=cli)
+                        subprocess.run(
+                            ["ip", "netns", "exec", cli, "nft", "-f", "-"],
+                            input=(
+                                "table inet plc_count {\n counter rx {\n }\n chain pre {\n"
+                                "  type filter hook prerouting priority -300; policy accept;\n"
+                                "  udp dport 53 counter name rx drop\n }\n}\n"
+                            ),
+                            text=True, check=True, timeout=30, capture_output=True,
+                        )  # fmt: skip
+                        before = _received(cli)
+                        _sent, elapsed = _send_flows(srv, dst, 2, count, seconds, 53, "members")
+                        time.sleep(0.2)
+                        got = _received(cli) - before
+                    rates[(kind, name)].append(got / elapsed)
+    rows: list[Row] = []
+    titles = {
+        "established": ("established flow packets per second", "packets/s"),
+        "dns": ("DNS queries per second to a resolver behind the firewall", "queries/s"),
+    }
+    for (kind, name), values in rates.items():
+        sec, unit = titles[kind]
+        m = statistics.median(values)
+        rows.append((sec, f"{name} [median {m:.0f}]", max(values), unit, ""))
+    med = {key: statistics.median(v) for key, v in rates.items()}
     rows.append(
         (
-            sec,
-            f"{members} members / 1 member (medians)",
-            big / statistics.median(rates["1 member"]),
+            titles["established"][0],
+            f"{members} members / no firewall (medians)",
+            med[("established", f"{members} members")] / med[("established", "no firewall")],
             "ratio",
             ">= 0.9",
         )
     )
     rows.append(
         (
-            sec,
-            f"{members} members / conntrack only (medians)",
-            big / statistics.median(rates["conntrack only"]),
+            titles["established"][0],
+            "conntrack only / no firewall (medians)",
+            med[("established", "conntrack only")] / med[("established", "no firewall")],
             "ratio",
             "",
         )
     )
-    rows.append((sec, "flows sent per measurement (2 senders)", 2 * count, "packets", ""))
+    rows.append(
+        (
+            titles["dns"][0],
+            "with bypass / without (medians)",
+            med[("dns", "resolver in the policy (no conntrack)")]
+            / med[("dns", "resolver not in the policy (tracked, NAT)")],
+            "ratio",
+            "",
+        )
+    )
     return rows
 
 
@@ -661,6 +876,8 @@ def run_benchmarks(
     if kernel and flows and members:
         say("flows")
         rows += flow_rows(max(members), repeat)
+        say("data path")
+        rows += data_path_rows(max(members), repeat)
     rows.append(("machine", "load average (1 min) at end", os.getloadavg()[0], "", ""))
     return rows
 

@@ -545,30 +545,44 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 "accept",
             ),
         )
+    # The management networks' sources: from their own link only when the host has one (a
+    # management source arriving from pl-inet or pl-dorm is then a spoof); otherwise from either
+    # side, checked only where a packet would be dropped (no lookup on a member's own flows).
+    management = ("ip saddr @mgmt4 accept", "ip6 saddr @mgmt6 accept")
+    mgmt_on_sides = () if host.management_interfaces else management
     to_members = [
         *quota_in,
         "ct status dnat accept",
-        "ip6 daddr @open6_all accept",
+        # Most openings name ports: their lookup first, "all ports" last.
         "ip6 daddr . meta l4proto . th dport @open6_ports accept",
         "ip6 daddr . meta l4proto . th dport @open6_ranges accept",
+        "ip6 daddr @open6_all accept",
+        *mgmt_on_sides,
     ]
     if policy.inbound_icmpv6_echo:
         to_members.append("icmpv6 type echo-request accept")
     to_members.append("drop")
     dnat = "dnat ip addr . port to ip daddr . th dport map"
-    sides = _ifset((*host.member_interfaces, *host.uplink_interfaces))
-    if host.management_interfaces:
-        # The management network reaches members and the Internet side from its own link only
-        # (a management source address arriving from pl-inet or pl-dorm is a spoof).
-        mgmt = _ifset(host.management_interfaces)
-        management = (
-            f"iifname {mgmt} oifname {sides} ip saddr @mgmt4 accept",
-            f"iifname {mgmt} oifname {sides} ip6 saddr @mgmt6 accept",
-        )
+    # One lookup sends a new flow to its path (interface pair -> chain); pairs not named here
+    # meet the drop policy. Member side -> uplink and back; the rest only for management sources.
+    sides = (*host.member_interfaces, *host.uplink_interfaces)
+    paths = []
+    for i in (*sides, *host.management_interfaces):
+        for o in sides:
+            if i in host.member_interfaces and o in host.uplink_interfaces:
+                paths.append(f'"{i}" . "{o}" : jump from_members')
+            elif i in host.uplink_interfaces and o in host.member_interfaces:
+                paths.append(f'"{i}" . "{o}" : jump to_members')
+            elif host.management_interfaces and i not in host.management_interfaces:
+                continue  # between the sides, no management source is genuine
+            else:
+                paths.append(f'"{i}" . "{o}" : jump management')
+    if mgmt_on_sides:
+        not_device = ("jump foreign4", "jump foreign6")
     else:
-        management = (
-            f"iifname {sides} oifname {sides} ip saddr @mgmt4 accept",
-            f"iifname {sides} oifname {sides} ip6 saddr @mgmt6 accept",
+        not_device = (
+            'counter drop comment "anti-spoofing: IPv4 source is no device address"',
+            'counter drop comment "anti-spoofing: IPv6 source is no device address"',
         )
     return (
         Chain(
@@ -592,14 +606,8 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 "ct state established,related accept",
                 *syn_proxy,
                 "ct state invalid counter drop",
-                # DNS with the network's resolvers, untracked by the early chain: both ways.
-                f"iifname {mem} oifname {up} ct state untracked ip daddr @dns4"
-                " meta l4proto { tcp, udp } th dport 53 accept",
-                f"iifname {up} oifname {mem} ct state untracked ip saddr @dns4"
-                " meta l4proto { tcp, udp } th sport 53 accept",
-                *management,
-                f"iifname {mem} oifname {up} jump from_members",
-                f"iifname {up} oifname {mem} jump to_members",
+                "ct state untracked jump untracked",
+                f"iifname . oifname vmap {{ {', '.join(paths)} }}",
                 'counter comment "no allowed path: dropped by the policy"',
             ),
             "filter",
@@ -608,15 +616,44 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
             "drop",
         ),
         Chain(
+            "untracked",
+            (
+                # DNS with the network's resolvers, untracked by the early chain: both ways.
+                f"iifname {mem} oifname {up} ip daddr @dns4"
+                " meta l4proto { tcp, udp } th dport 53 accept",
+                f"iifname {up} oifname {mem} ip saddr @dns4"
+                " meta l4proto { tcp, udp } th sport 53 accept",
+            ),
+        ),
+        Chain("management", management),
+        *(
+            (
+                Chain(
+                    "foreign4",
+                    (
+                        management[0],
+                        'counter drop comment "anti-spoofing: IPv4 source is no device address"',
+                    ),
+                ),
+                Chain(
+                    "foreign6",
+                    (
+                        management[1],
+                        'counter drop comment "anti-spoofing: IPv6 source is no device address"',
+                    ),
+                ),
+            )
+            if mgmt_on_sides
+            else ()
+        ),
+        Chain(
             "from_members",
             (
                 "ip saddr @reg4 jump walled",
                 # src_nat and nopub4 hold every device IPv4 exactly once (split by whether the
                 # member has a public IPv4), so together they are the anti-spoofing set.
-                "ip saddr != @src_nat ip saddr != @nopub4 counter drop"
-                ' comment "anti-spoofing: IPv4 source is no device address"',
-                f"ip6 saddr & {NET64_MASK} != @src6_net ip6 saddr != @src6 counter drop"
-                ' comment "anti-spoofing: IPv6 source is no device address"',
+                f"ip saddr != @src_nat ip saddr != @nopub4 {not_device[0]}",
+                f"ip6 saddr & {NET64_MASK} != @src6_net ip6 saddr != @src6 {not_device[1]}",
                 f"oifname {up} ip saddr @nopub4 counter drop"
                 ' comment "member without public IPv4: no Internet via NAT"',
                 'meta l4proto . th dport @blocked_out counter drop comment "blocked outbound port"',
@@ -635,14 +672,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
         Chain(
             "early",
             (
-                # Before conntrack sees them (raw priority): TCP packets no real stack sends.
-                # Each reason has its own counter (staff see which flood it was).
-                'tcp flags & (syn | ack) == syn tcp window 0 counter drop comment "malformed: SYN with window 0"',
-                'tcp flags & (syn | ack) == syn tcp doff 5 counter drop comment "malformed: SYN without options"',
-                'tcp flags & (fin | syn) == fin | syn counter drop comment "malformed: SYN and FIN"',
-                'tcp flags & (syn | rst) == syn | rst counter drop comment "malformed: SYN and RST"',
-                'tcp flags & (fin | syn | rst | psh | ack | urg) == 0x0 counter drop comment "malformed: no flags"',
-                'tcp flags & (fin | ack) == fin counter drop comment "malformed: FIN without ACK"',
+                "meta l4proto tcp jump early_tcp",
                 *spoofed,
                 *syn_untracked,
                 # The network's own resolvers: DNS between them and the members bypasses
@@ -654,6 +684,21 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
             "prerouting",
             "raw",
             "accept",
+        ),
+        Chain(
+            "early_tcp",
+            (
+                # Before conntrack sees them (raw priority): TCP packets no real stack sends.
+                # Each reason has its own counter (staff see which flood it was). A segment
+                # with ACK and none of SYN, FIN, RST (nearly all of them) is none of these.
+                "tcp flags & (fin | syn | rst | ack) == ack return",
+                'tcp flags & (syn | ack) == syn tcp window 0 counter drop comment "malformed: SYN with window 0"',
+                'tcp flags & (syn | ack) == syn tcp doff 5 counter drop comment "malformed: SYN without options"',
+                'tcp flags & (fin | syn) == fin | syn counter drop comment "malformed: SYN and FIN"',
+                'tcp flags & (syn | rst) == syn | rst counter drop comment "malformed: SYN and RST"',
+                'tcp flags & (fin | syn | rst | psh | ack | urg) == 0x0 counter drop comment "malformed: no flags"',
+                'tcp flags & (fin | ack) == fin counter drop comment "malformed: FIN without ACK"',
+            ),
         ),
         Chain(
             "shape",

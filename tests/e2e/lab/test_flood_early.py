@@ -106,7 +106,10 @@ def compiled(host: str) -> str:
 
 
 def early_counter(host: str, reason: str) -> int:
-    out = in_ns(host, "nft", "list", "chain", "inet", "portal_fw", "early").stdout
+    out = "".join(  # spoofed sources in early, malformed TCP in its early_tcp
+        in_ns(host, "nft", "list", "chain", "inet", "portal_fw", chain).stdout
+        for chain in ("early", "early_tcp")
+    )
     line = next(ln for ln in out.splitlines() if reason in ln)
     return int(line.split("packets", 1)[1].split()[0])
 

@@ -203,12 +203,19 @@ def test_member_without_public_ipv4_passes_anti_spoofing_but_gets_no_nat(
     text = compile_snapshot(small_snapshot).nft
     assert "elements = { 10.100.0.30 }" in text  # set nopub4: member 3's device
     assert "10.100.0.30 :" not in text  # never in src_nat
-    spoof = _rule(text, "anti-spoofing: IPv4")
-    assert spoof.startswith("ip saddr != @src_nat ip saddr != @nopub4 counter drop")
+    # A source in neither set is no device: a management source (this host has no management
+    # link) or a spoof, dropped and counted.
+    foreign = [r.strip() for r in text.split("chain foreign4 {")[1].split("}")[0].splitlines()]
+    assert foreign[1:] == [
+        "ip saddr @mgmt4 accept",
+        'counter drop comment "anti-spoofing: IPv4 source is no device address"',
+        "",
+    ]
     no_nat = _rule(text, "member without public IPv4")
     assert no_nat.startswith('oifname "pl-cfwu" ip saddr @nopub4 counter drop')
     chain = text.split("chain from_members {")[1].split("}")[0]
-    assert chain.index("anti-spoofing: IPv4") < chain.index("member without public IPv4")
+    spoof = "ip saddr != @src_nat ip saddr != @nopub4 jump foreign4"
+    assert chain.index(spoof) < chain.index("member without public IPv4")
 
 
 def test_ipv6_anti_spoofing_per_member_64_and_per_address_when_shared() -> None:
