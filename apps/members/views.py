@@ -17,6 +17,7 @@ from django.views import View
 
 from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role, user_roles
 from apps.audit.selectors import audit_for_member
+from apps.core.htmx import htmx_partial
 from apps.dhcp.selectors import lease_search, unknown_devices_near
 from apps.members import forms as member_forms
 from apps.members import services
@@ -68,7 +69,7 @@ class OfficeHoursView(StaffRequiredMixin, View):
             "more_results": len(results) > SEARCH_LIMIT,
             "search_limit": SEARCH_LIMIT,
         }
-        if request.htmx and not request.htmx.boosted:
+        if htmx_partial(request):
             target = request.htmx.target or "search-results"
             if target == "pending-queue":
                 context["pending"] = self._pending(request)

@@ -20,6 +20,7 @@ from django.views import View
 from django_htmx.http import trigger_client_event
 
 from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role
+from apps.core.htmx import htmx_partial
 from apps.firewall.live import LiveHosts, live_attach, live_hosts
 from apps.firewall.snapshot import NETWORKED_STATUSES
 from apps.members.models import Member
@@ -129,7 +130,7 @@ def _device_or_404(request: HttpRequest, pk: int) -> Device:
 
 def _section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
     """The devices section for htmx; a redirect to the page it lives on otherwise."""
-    if request.htmx:
+    if htmx_partial(request):
         context = devices_context(request=request, member=member, sections=False, **kwargs)
         response = render(request, "network/partials/devices.html", context)
         if request.method == "POST" and not kwargs.get("editing"):
@@ -165,11 +166,11 @@ class DeviceAddView(LoginRequiredMixin, View):
             except NetworkError as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, exc.message)
             else:
-                if request.htmx:
+                if htmx_partial(request):
                     return _section(request, member, notice=_added(device))
                 messages.success(request, _added(device))
                 return _section(request, member)
-        if not request.htmx:
+        if not htmx_partial(request):
             for error in form.errors.values():
                 messages.error(request, " ".join(error))
         return _section(request, member, form=form)
@@ -304,14 +305,14 @@ def _redirect_to(request: HttpRequest, member: Member, anchor: str) -> HttpRespo
 
 
 def _forwards_section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
-    if request.htmx:
+    if htmx_partial(request):
         context = forwards_context(request=request, member=member, **kwargs)
         return render(request, "network/partials/forwards.html", context)
     return _redirect_to(request, member, "port-forwards")
 
 
 def _openings_section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
-    if request.htmx:
+    if htmx_partial(request):
         context = openings_context(request=request, member=member, **kwargs)
         return render(request, "network/partials/openings.html", context)
     return _redirect_to(request, member, "ipv6-openings")
@@ -339,12 +340,12 @@ def _opening_or_404(request: HttpRequest, pk: int) -> Ipv6Opening:
 
 def _form_refused(request: HttpRequest, form: forms.Form, exc: NetworkError) -> None:
     form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-    if not request.htmx:
+    if not htmx_partial(request):
         messages.error(request, exc.message)
 
 
 def _form_errors_to_messages(request: HttpRequest, form: forms.Form) -> None:
-    if not request.htmx:
+    if not htmx_partial(request):
         for error in form.errors.values():
             messages.error(request, " ".join(error))
 
@@ -380,7 +381,7 @@ class ForwardAddView(LoginRequiredMixin, View):
                 _form_refused(request, form, exc)
             else:
                 notice = _forward_added(forward)
-                if not request.htmx:
+                if not htmx_partial(request):
                     messages.success(request, notice)
                 return _forwards_section(request, member, notice=notice)
         _form_errors_to_messages(request, form)
@@ -447,7 +448,7 @@ class ForwardToggleView(LoginRequiredMixin, View):
         try:
             port_forward_change(forward=forward, enabled=enabled, actor=request.user)
         except NetworkError as exc:
-            if not request.htmx:
+            if not htmx_partial(request):
                 messages.error(request, exc.message)
             return _forwards_section(request, forward.member, notice=exc.message)
         notice = gettext("Forward enabled.") if enabled else gettext("Forward disabled.")
@@ -495,7 +496,7 @@ class OpeningAddView(LoginRequiredMixin, View):
                 _form_refused(request, form, exc)
             else:
                 notice = gettext("Opening added.")
-                if not request.htmx:
+                if not htmx_partial(request):
                     messages.success(request, notice)
                 return _openings_section(request, member, notice=notice)
         _form_errors_to_messages(request, form)
@@ -553,7 +554,7 @@ class OpeningToggleView(LoginRequiredMixin, View):
         try:
             ipv6_opening_change(opening=opening, enabled=enabled, actor=request.user)
         except NetworkError as exc:
-            if not request.htmx:
+            if not htmx_partial(request):
                 messages.error(request, exc.message)
             return _openings_section(request, member, notice=exc.message)
         notice = gettext("Opening enabled.") if enabled else gettext("Opening disabled.")
@@ -617,7 +618,7 @@ class StaffMemberMixin(LoginRequiredMixin):
 def _test_access_section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
     """The section with the refused form (htmx); the member page otherwise."""
     url = reverse("members:member_detail", args=[member.pk]) + "#test-access"
-    if request.htmx:
+    if htmx_partial(request):
         context = {
             "member": member,
             **member_test_access_context(request=request, member=member, **kwargs),
@@ -641,7 +642,7 @@ def _test_access_done(request: HttpRequest, member: Member, action: str) -> Http
     with it); the member page with the message otherwise."""
     member = _member_or_404(request, member.pk)  # status, dates and access as saved
     text = _test_access_done_text(action, member)
-    if not request.htmx:
+    if not htmx_partial(request):
         messages.success(request, text)
         return redirect(reverse("members:member_detail", args=[member.pk]) + "#test-access")
     from apps.audit.selectors import audit_for_member
@@ -735,7 +736,7 @@ class TestAccessListView(StaffRequiredMixin, View):
             ],
         }
         template = "network/test_access_list.html"
-        if request.htmx and not request.htmx.boosted:
+        if htmx_partial(request):
             template += "#test-access-table"
         return render(request, template, context)
 

@@ -20,6 +20,7 @@ from django.views import View
 
 from apps.accounts.roles import Role, RoleRequiredMixin
 from apps.accounts.throttle import THROTTLED_MESSAGE, retry_text, throttle_hit
+from apps.core.htmx import htmx_partial
 from apps.tickets import selectors, services
 from apps.tickets.charts import stats_charts
 from apps.tickets.choices import InboundStatus, TicketStatus
@@ -51,7 +52,7 @@ def _local_next(request: HttpRequest) -> str:
 
 
 def _partial(request: HttpRequest, template: str, partial: str) -> str:
-    if getattr(request, "htmx", False) and not request.htmx.boosted:
+    if htmx_partial(request):
         return f"{template}#{partial}"
     return template
 
