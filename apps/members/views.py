@@ -15,7 +15,11 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views import View
 
-from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role, user_roles
+from apps.accounts.roles import (
+    StaffOr404Mixin,
+    StaffRequiredMixin,
+    user_roles,
+)
 from apps.audit.selectors import audit_for_member
 from apps.core.htmx import htmx_partial
 from apps.dhcp.selectors import lease_search, unknown_devices_near
@@ -80,15 +84,6 @@ class OfficeHoursView(StaffRequiredMixin, View):
 
     def _pending(self, request: HttpRequest) -> Any:
         return Paginator(pending_queue(actor=request.user), 20).get_page(request.GET.get("page"))
-
-
-class StaffOr404Mixin(LoginRequiredMixin):
-    """Staff tools about one member: anyone else gets 404, as for any object not theirs."""
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        if request.user.is_authenticated and not has_role(request.user, *STAFF_ROLES):
-            raise Http404
-        return super().dispatch(request, *args, **kwargs)
 
 
 ACTIONS: dict[str, tuple[type[forms.Form] | None, Any]] = {

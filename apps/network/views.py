@@ -19,7 +19,7 @@ from django.utils.translation import gettext, ngettext
 from django.views import View
 from django_htmx.http import trigger_client_event
 
-from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role
+from apps.accounts.roles import STAFF_ROLES, StaffOr404Mixin, StaffRequiredMixin, has_role
 from apps.core.htmx import htmx_partial
 from apps.firewall.live import LiveHosts, live_attach, live_hosts
 from apps.firewall.snapshot import NETWORKED_STATUSES
@@ -606,15 +606,6 @@ def member_test_access_context(
     }
 
 
-class StaffMemberMixin(LoginRequiredMixin):
-    """Member tools for staff; anyone else gets 404 like for any object that is not theirs."""
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        if request.user.is_authenticated and not has_role(request.user, *STAFF_ROLES):
-            raise Http404
-        return super().dispatch(request, *args, **kwargs)
-
-
 def _test_access_section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
     """The section with the refused form (htmx); the member page otherwise."""
     url = reverse("members:member_detail", args=[member.pk]) + "#test-access"
@@ -666,7 +657,7 @@ def _test_access_done(request: HttpRequest, member: Member, action: str) -> Http
     return HttpResponse(html)
 
 
-class TestAccessActionView(StaffMemberMixin, View):
+class TestAccessActionView(StaffOr404Mixin, View):
     """POST grant / extend / end a member's test access (volunteers, from the member page).
 
     Success reloads the member page (status, dates and audit trail change with it); a refusal
