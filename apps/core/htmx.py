@@ -16,7 +16,7 @@ def htmx_partial(request: HttpRequest) -> bool:
     """True when htmx asks for a fragment to swap in; False for a plain or boosted page load
     (a boosted link wants the whole page, as NetBox's helper of the same name says)."""
     htmx = getattr(request, "htmx", None)
-    return bool(htmx) and not htmx.boosted
+    return bool(htmx and not htmx.boosted)
 
 
 class HtmxLoginRedirectMiddleware:

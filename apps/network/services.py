@@ -52,6 +52,8 @@ from apps.network.models import (
 from apps.network.ports import PortRange, port_text
 
 if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
     from apps.members.models import Building, Member, Room
 
 
@@ -158,7 +160,7 @@ def room_ipv6_prefix_next(*, building: Building) -> str | None:
     )
 
 
-def public_ipv4_allocate(*, member: Member, actor: Any) -> PublicAddress:
+def public_ipv4_allocate(*, member: Member, actor: User) -> PublicAddress:
     """Give `member` the lowest free public IPv4 (refusing with PoolExhausted / QuarantineFull).
 
     Every active pool row is locked, so two volunteers checking in at the same moment queue up;
@@ -228,7 +230,7 @@ def public_ipv4_allocate(*, member: Member, actor: Any) -> PublicAddress:
     return address
 
 
-def public_ipv4_release(*, member: Member, actor: Any) -> PublicAddress | None:
+def public_ipv4_release(*, member: Member, actor: User | None) -> PublicAddress | None:
     """Take the member's public IPv4 back into quarantine (admin setting, default 30 days)."""
     address = PublicAddress.objects.select_for_update().filter(member=member).first()
     if address is None:
@@ -285,7 +287,7 @@ def _name_in_use_message(name: str) -> str:
 
 def _network_row_recorded(
     *,
-    actor: Any,
+    actor: User,
     action: str,
     obj: Any,
     before: dict[str, Any],
@@ -314,7 +316,7 @@ def _lock_member(member: Member) -> Member:
 
 
 @transaction.atomic
-def device_add(*, member: Member, name: str, mac: str, actor: Any) -> Device:
+def device_add(*, member: Member, name: str, mac: str, actor: User) -> Device:
     """Register a device for `member`: normalised unique MAC, private IPv4 and IPv6 addresses."""
     name = name.strip()
     mac = mac_clean(mac)
@@ -351,7 +353,7 @@ def device_add(*, member: Member, name: str, mac: str, actor: Any) -> Device:
 
 @transaction.atomic
 def device_change(
-    *, device: Device, actor: Any, name: str | None = None, mac: str | None = None
+    *, device: Device, actor: User, name: str | None = None, mac: str | None = None
 ) -> Device:
     """Rename a device or change its MAC (its IPv6 address follows the MAC)."""
     member = _lock_member(device.member)
@@ -389,7 +391,7 @@ def device_change(
     return device
 
 
-def _device_delete(*, device: Device, actor: Any, action: str) -> None:
+def _device_delete(*, device: Device, actor: User, action: str) -> None:
     """Delete a device with its IPv6 openings and port forwards (each audited).
 
     Forwards already released with the public address (membership ended) stay as disabled
@@ -416,7 +418,7 @@ def _device_delete(*, device: Device, actor: Any, action: str) -> None:
 
 
 @transaction.atomic
-def device_remove(*, device: Device, actor: Any) -> None:
+def device_remove(*, device: Device, actor: User) -> None:
     """Remove a device; its addresses are free again at once (private addresses need no rest)."""
     _lock_member(device.member)
     device = Device.objects.select_related("member").get(pk=device.pk)
@@ -425,7 +427,7 @@ def device_remove(*, device: Device, actor: Any) -> None:
     network_changed_on_commit(cause=f"device.remove {pk}", actor=actor)
 
 
-def devices_readdress(*, member: Member, room: Room, actor: Any) -> None:
+def devices_readdress(*, member: Member, room: Room, actor: User) -> None:
     """After a move: new IPv6 from the new room; a new IPv4 when the building changed."""
     devices = list(Device.objects.select_for_update().filter(member=member).order_by("id"))
     if not devices:
@@ -467,7 +469,7 @@ def room_require_subnet(*, room: Room) -> None:
 
 
 @transaction.atomic
-def subnet_create(*, building: Building, network: str, actor: Any) -> Subnet:
+def subnet_create(*, building: Building, network: str, actor: User | None) -> Subnet:
     """Give a building its private IPv4 subnet or IPv6 prefix; rooms without a /64 get one."""
     net = ipaddress.ip_network(network.strip(), strict=True)
     if net.version == 4 and not net.is_private:
@@ -673,7 +675,7 @@ def port_forward_create(
     device: Device,
     protocol: str,
     public_ports: PortRange,
-    actor: Any,
+    actor: User,
     target_ports: PortRange | None = None,
     description: str = "",
     enabled: bool = True,
@@ -723,7 +725,7 @@ def port_forward_create(
 def port_forward_change(
     *,
     forward: PortForward,
-    actor: Any,
+    actor: User,
     device: Device | None = None,
     protocol: str | None = None,
     public_ports: PortRange | None = None,
@@ -789,7 +791,7 @@ def port_forward_change(
     return forward
 
 
-def _forward_delete(*, forward: PortForward, actor: Any) -> None:
+def _forward_delete(*, forward: PortForward, actor: User) -> None:
     audit_record(
         actor=actor,
         action="port_forward.delete",
@@ -801,7 +803,7 @@ def _forward_delete(*, forward: PortForward, actor: Any) -> None:
 
 
 @transaction.atomic
-def port_forward_delete(*, forward: PortForward, actor: Any) -> None:
+def port_forward_delete(*, forward: PortForward, actor: User) -> None:
     """Remove a forward."""
     _lock_member(forward.member)
     forward = PortForward.objects.select_related("device", "member", "public_address").get(
@@ -812,7 +814,7 @@ def port_forward_delete(*, forward: PortForward, actor: Any) -> None:
     network_changed_on_commit(cause=f"port_forward.delete {pk}", actor=actor)
 
 
-def port_forwards_release(*, member: Member, actor: Any) -> int:
+def port_forwards_release(*, member: Member, actor: User | None) -> int:
     """Disable the member's forwards and detach them from their public IPv4 (which goes back to
     the pool), so they never reserve ports of the address's next holder. Inside the caller's
     transaction; the caller schedules the hook."""
@@ -910,7 +912,7 @@ def ipv6_opening_create(
     device: Device,
     protocol: str,
     ports: PortRange | None,
-    actor: Any,
+    actor: User,
     description: str = "",
     enabled: bool = True,
 ) -> Ipv6Opening:
@@ -956,7 +958,7 @@ _UNSET: Any = object()
 def ipv6_opening_change(
     *,
     opening: Ipv6Opening,
-    actor: Any,
+    actor: User,
     protocol: str | None = None,
     ports: PortRange | None = _UNSET,
     description: str | None = None,
@@ -1010,7 +1012,7 @@ def ipv6_opening_change(
     return opening
 
 
-def _opening_delete(*, opening: Ipv6Opening, actor: Any, member: Member) -> None:
+def _opening_delete(*, opening: Ipv6Opening, actor: User, member: Member) -> None:
     audit_record(
         actor=actor,
         action="ipv6_opening.delete",
@@ -1022,7 +1024,7 @@ def _opening_delete(*, opening: Ipv6Opening, actor: Any, member: Member) -> None
 
 
 @transaction.atomic
-def ipv6_opening_delete(*, opening: Ipv6Opening, actor: Any) -> None:
+def ipv6_opening_delete(*, opening: Ipv6Opening, actor: User) -> None:
     """Close an opening."""
     member = _lock_member(opening.device.member)
     opening = Ipv6Opening.objects.select_related("device").get(pk=opening.pk)
@@ -1039,7 +1041,7 @@ def _model_values(obj: Any, fields: list[str]) -> dict[str, Any]:
 
 
 @transaction.atomic
-def policy_object_save(*, obj: Any, actor: Any, fields: list[str]) -> Any:
+def policy_object_save(*, obj: Any, actor: User, fields: list[str]) -> Any:
     """Create or change a policy row (blocked port range, management network, shaping profile,
     network settings): audited; the firewalls are recompiled when it shapes the rule set."""
     model = type(obj)
@@ -1067,7 +1069,7 @@ def policy_object_save(*, obj: Any, actor: Any, fields: list[str]) -> Any:
 
 
 @transaction.atomic
-def policy_object_delete(*, obj: Any, actor: Any, fields: list[str]) -> None:
+def policy_object_delete(*, obj: Any, actor: User, fields: list[str]) -> None:
     """Delete a policy row (audited; recompiles when it shaped the rule set)."""
     name = type(obj)._meta.model_name
     shapes = _policy_shapes_rules(obj)

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from email.utils import formataddr, make_msgid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps as django_apps
 from django.conf import settings
@@ -42,6 +42,9 @@ from apps.tickets.models import (
 from apps.tickets.selectors import user_for_email
 from apps.tickets.status import status_cache_refresh
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 log = logging.getLogger(__name__)
 # "[#12:3fa9c01b2e]" (number and reply token); "[#12]" as written by hand or by older mails.
 SUBJECT_TAG = re.compile(r"\[#(\d{1,12})(?::([0-9a-f]{10}))?\]")
@@ -56,7 +59,12 @@ class TicketError(ValueError):
 
 
 def _audit(
-    *, actor: Any, action: str, obj: models.Model, ticket: Ticket | None = None, detail: str = ""
+    *,
+    actor: User | None,
+    action: str,
+    obj: models.Model,
+    ticket: Ticket | None = None,
+    detail: str = "",
 ) -> None:
     """The ticket's own event and, once that app is installed, the portal-wide audit trail."""
     if ticket is not None:
@@ -121,7 +129,7 @@ def greeting(first_name: str) -> str:
     return _("Hello,")
 
 
-def placeholders_fill(text: str, *, ticket: Ticket, actor: Any | None = None) -> str:
+def placeholders_fill(text: str, *, ticket: Ticket, actor: User | None = None) -> str:
     """Fill {greeting}, {first_name}, {last_name}, {name}, {email}, {ticket_number} (with its #),
     {subject}, {agent_name}; the greeting in the active language."""
     requester = ticket.requester
@@ -412,7 +420,7 @@ def _incident_autolink(ticket: Ticket, text: str) -> Incident | None:
 
 
 @transaction.atomic
-def inbound_dismiss(*, inbound: InboundMail, actor: Any) -> InboundMail:
+def inbound_dismiss(*, inbound: InboundMail, actor: User) -> InboundMail:
     """Staff looked at a quarantined mail and decided it needs no ticket."""
     inbound.status = InboundStatus.DISMISSED
     inbound.handled_by = actor
@@ -422,7 +430,7 @@ def inbound_dismiss(*, inbound: InboundMail, actor: Any) -> InboundMail:
 
 
 @transaction.atomic
-def ticket_sender_confirm(*, ticket: Ticket, actor: Any) -> Ticket:
+def ticket_sender_confirm(*, ticket: Ticket, actor: User) -> Ticket:
     """Staff checked that an unverified mail really came from the member whose address it
     bears: the ticket becomes theirs (the member sees it, and its context shows beside it)."""
     ticket = Ticket.objects.select_for_update().get(pk=ticket.pk)
@@ -443,7 +451,7 @@ def ticket_sender_confirm(*, ticket: Ticket, actor: Any) -> Ticket:
 
 
 @transaction.atomic
-def ticket_open(*, actor: Any, subject: str, body: str) -> Ticket:
+def ticket_open(*, actor: User, subject: str, body: str) -> Ticket:
     """A member opens a ticket from the portal."""
     subject, body = subject.strip(), body.strip()
     if not subject or not body:
@@ -471,7 +479,7 @@ def ticket_open(*, actor: Any, subject: str, body: str) -> Ticket:
 
 
 @transaction.atomic
-def ticket_member_post(*, ticket: Ticket, actor: Any, body: str) -> Message:
+def ticket_member_post(*, ticket: Ticket, actor: User, body: str) -> Message:
     """The requester adds to their ticket from the portal (reopens it when solved)."""
     body = body.strip()
     if not body:
@@ -498,7 +506,7 @@ def ticket_member_post(*, ticket: Ticket, actor: Any, body: str) -> Message:
 
 @transaction.atomic
 def ticket_reply(
-    *, ticket: Ticket, actor: Any, body: str, status: str = TicketStatus.WAITING
+    *, ticket: Ticket, actor: User, body: str, status: str = TicketStatus.WAITING
 ) -> Message:
     """Staff answer the requester: a message in the thread and a mail with threading headers."""
     body = body.strip()
@@ -542,7 +550,7 @@ def ticket_reply(
 
 
 @transaction.atomic
-def ticket_note(*, ticket: Ticket, actor: Any, body: str) -> Message:
+def ticket_note(*, ticket: Ticket, actor: User, body: str) -> Message:
     """An internal note: staff only, never mailed."""
     body = body.strip()
     if not body:
@@ -572,7 +580,7 @@ def _status_set(ticket: Ticket, status: str, now: Any) -> None:
 def ticket_update(
     *,
     ticket: Ticket,
-    actor: Any,
+    actor: User,
     status: str = UNSET,
     assignee: Any = UNSET,
     queue: Queue | None = UNSET,
@@ -617,7 +625,7 @@ BULK_ACTIONS = ("assign_me", "unassign", "open", "waiting", "solved", "closed", 
 
 @transaction.atomic
 def tickets_bulk_update(
-    *, tickets: Iterable[Ticket], actor: Any, action: str, value: Any = None
+    *, tickets: Iterable[Ticket], actor: User, action: str, value: Any = None
 ) -> int:
     """Apply one inbox action to several tickets; returns how many changed."""
     if action not in BULK_ACTIONS:
@@ -753,7 +761,7 @@ def _clean_list(values: Iterable[str]) -> list[str]:
 @transaction.atomic
 def incident_declare(
     *,
-    actor: Any,
+    actor: User,
     title: str,
     description: str = "",
     severity: str = "major",
@@ -803,7 +811,7 @@ def incident_declare(
 
 @transaction.atomic
 def incident_update_post(
-    *, incident: Incident, actor: Any, body: str, phase: str = IncidentPhase.INVESTIGATING
+    *, incident: Incident, actor: User, body: str, phase: str = IncidentPhase.INVESTIGATING
 ) -> IncidentUpdate:
     """A public update on an incident."""
     if not body.strip():
@@ -817,7 +825,7 @@ def incident_update_post(
 
 
 @transaction.atomic
-def incident_end(*, incident: Incident, actor: Any, body: str = "") -> Incident:
+def incident_end(*, incident: Incident, actor: User, body: str = "") -> Incident:
     """End an incident (with a closing update)."""
     incident = Incident.objects.select_for_update().get(pk=incident.pk)
     if incident.ended_at is not None:
@@ -837,7 +845,7 @@ def incident_end(*, incident: Incident, actor: Any, body: str = "") -> Incident:
 
 @transaction.atomic
 def incident_tickets_link(
-    *, incident: Incident | None, tickets: Iterable[Ticket], actor: Any, auto: bool = False
+    *, incident: Incident | None, tickets: Iterable[Ticket], actor: User, auto: bool = False
 ) -> int:
     """Link tickets to an incident by hand (or unlink with incident=None)."""
     count = 0
@@ -884,7 +892,7 @@ def mass_reply_languages(language: str, *, body_de: str) -> list[str]:
 
 
 def mass_reply_text(
-    *, ticket: Ticket, actor: Any, body: str, body_de: str = "", language: str = ""
+    *, ticket: Ticket, actor: User, body: str, body_de: str = "", language: str = ""
 ) -> str:
     """The text `ticket` receives, each language's part filled in that language."""
     texts = {"en": body, "de": body_de}
@@ -896,7 +904,7 @@ def mass_reply_text(
 
 
 def _mass_reply_texts(
-    tickets: list[Ticket], *, actor: Any, body: str, body_de: str
+    tickets: list[Ticket], *, actor: User, body: str, body_de: str
 ) -> list[tuple[Ticket, str, str]]:
     """(ticket, its languages such as "en+de", the text it receives) for each ticket."""
     chosen = _requester_languages(tickets)
@@ -929,7 +937,7 @@ class MassReplyPreview:
 
 
 def incident_mass_reply_preview(
-    *, incident: Incident, actor: Any, body: str, body_de: str = ""
+    *, incident: Incident, actor: User, body: str, body_de: str = ""
 ) -> MassReplyPreview:
     """Render the reply for real tickets of the incident without sending or storing anything."""
     body, body_de = body.strip(), body_de.strip()
@@ -947,7 +955,7 @@ def incident_mass_reply_preview(
 
 @transaction.atomic
 def incident_mass_reply(
-    *, incident: Incident, actor: Any, body: str, body_de: str = "", solve: bool = False
+    *, incident: Incident, actor: User, body: str, body_de: str = "", solve: bool = False
 ) -> IncidentBroadcast:
     """Answer every active linked ticket at once: one message per ticket, in its own thread,
     in its requester's language when a German text is given.
@@ -1015,7 +1023,7 @@ def incident_mass_reply(
 
 
 @transaction.atomic
-def incident_tickets_solve(*, incident: Incident, actor: Any) -> int:
+def incident_tickets_solve(*, incident: Incident, actor: User) -> int:
     """Mark every active ticket of the incident solved (no mail; see incident_mass_reply)."""
     tickets = list(
         Ticket.objects.select_for_update().filter(incident=incident, status__in=ACTIVE_STATUSES)
