@@ -657,52 +657,69 @@ def _test_access_done(request: HttpRequest, member: Member, action: str) -> Http
     return HttpResponse(html)
 
 
-class TestAccessActionView(StaffOr404Mixin, View):
-    """POST grant / extend / end a member's test access (volunteers, from the member page).
-
-    Success reloads the member page (status, dates and audit trail change with it); a refusal
-    shows the form again with the message next to its field.
-    """
+class TestAccessSectionView(StaffOr404Mixin, View):
+    """GET: the test-access panel again (cancel); each action below POSTs to its own URL."""
 
     __test__ = False  # not a pytest class
 
     def get(self, request: HttpRequest, member_pk: int, action: str = "") -> HttpResponse:
         return _test_access_section(request, _member_or_404(request, member_pk))
 
-    def post(self, request: HttpRequest, member_pk: int, action: str) -> HttpResponse:
+
+class TestAccessActionView(TestAccessSectionView):
+    """POST one test-access action (volunteers, from the member page): the subclasses grant,
+    extend and end.
+
+    Success shows the panel again with the confirmation (htmx) or the member page; a refusal
+    shows the form again with the message next to its field.
+    """
+
+    action: str
+    form_class: type[forms.Form] = TestAccessForm
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def post(self, request: HttpRequest, member_pk: int, action: str = "") -> HttpResponse:
         member = _member_or_404(request, member_pk)
-        form: forms.Form
-        if action in ("grant", "extend"):
-            form = TestAccessForm(request.POST, prefix=action)
-        elif action == "end":
-            form = TestAccessEndForm(request.POST, prefix="end")
-        else:
-            raise Http404
+        form = self.form_class(request.POST, prefix=self.action)
         if form.is_valid():
-            data = form.cleaned_data
             try:
-                if action == "grant":
-                    member_test_access_grant(
-                        member=member,
-                        until=data["until"],
-                        profile=data["profile"],
-                        actor=request.user,
-                    )
-                elif action == "extend":
-                    member_test_access_extend(
-                        member=member,
-                        until=data["until"],
-                        profile=data["profile"],
-                        actor=request.user,
-                    )
-                else:
-                    member_test_access_end(member=member, note=data["note"], actor=request.user)
+                self.run(member, request.user, form.cleaned_data)
             except NetworkError as exc:
                 _form_refused(request, form, exc)
             else:
-                return _test_access_done(request, member, action)
+                return _test_access_done(request, member, self.action)
         _form_errors_to_messages(request, form)
-        return _test_access_section(request, member, open_form=action, **{f"{action}_form": form})
+        return _test_access_section(
+            request, member, open_form=self.action, **{f"{self.action}_form": form}
+        )
+
+
+class TestAccessGrantView(TestAccessActionView):
+    action = "grant"
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        member_test_access_grant(
+            member=member, until=data["until"], profile=data["profile"], actor=actor
+        )
+
+
+class TestAccessExtendView(TestAccessActionView):
+    action = "extend"
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        member_test_access_extend(
+            member=member, until=data["until"], profile=data["profile"], actor=actor
+        )
+
+
+class TestAccessEndView(TestAccessActionView):
+    action = "end"
+    form_class = TestAccessEndForm
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        member_test_access_end(member=member, note=data["note"], actor=actor)
 
 
 class TestAccessListView(StaffRequiredMixin, View):
