@@ -26,6 +26,8 @@ from apps.abuse.selectors import LookupAnswer, lookup_answer
 from apps.audit.services import audit_record
 
 if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
     from apps.members.models import Member
     from apps.network.models import Device
 
@@ -211,7 +213,9 @@ def holdings_prune(*, now: dt.datetime | None = None) -> int:
 
 
 @transaction.atomic
-def abuse_lookup(*, actor: Any, address: str, at: str | dt.datetime, reason: str) -> LookupAnswer:
+def abuse_lookup(
+    *, actor: User | None, address: str, at: str | dt.datetime, reason: str
+) -> LookupAnswer:
     """Who held `address` at `at`: member, devices, room and the evidence rows. Audited with the
     reason; refused with LookupInvalid (nothing read or written) when an input is wrong."""
     address, when, reason = lookup_inputs_clean(address=address, at=at, reason=reason)

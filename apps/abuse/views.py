@@ -11,6 +11,7 @@ from apps.abuse.inputs import LookupInvalid, portal_zone
 from apps.abuse.selectors import LookupAnswer
 from apps.abuse.services import abuse_lookup, retention_days
 from apps.accounts.roles import Role, RoleRequiredMixin
+from apps.core.htmx import htmx_partial
 
 TEMPLATE = "abuse/lookup_form.html"
 
@@ -19,7 +20,7 @@ def _render(
     request: HttpRequest, form: LookupForm, answer: LookupAnswer | None = None, status: int = 200
 ) -> HttpResponse:
     template = TEMPLATE
-    if request.htmx and not request.htmx.boosted:
+    if htmx_partial(request):
         template += "#abuse-lookup"
     context = {
         "form": form,
@@ -43,7 +44,7 @@ class AbuseLookupView(RoleRequiredMixin, View):
     def post(self, request: HttpRequest) -> HttpResponse:
         form = LookupForm(request.POST)
         if not form.is_valid():
-            return _render(request, form, status=200 if request.htmx else 422)
+            return _render(request, form, status=200 if htmx_partial(request) else 422)
         try:
             answer = abuse_lookup(
                 actor=request.user,
@@ -55,5 +56,5 @@ class AbuseLookupView(RoleRequiredMixin, View):
             for field, messages in exc.errors.items():
                 for message in messages:
                     form.add_error(field, message)
-            return _render(request, form, status=200 if request.htmx else 422)
+            return _render(request, form, status=200 if htmx_partial(request) else 422)
         return _render(request, form, answer)

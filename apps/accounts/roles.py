@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.db import models
-from django.http import HttpRequest, HttpResponseBase
+from django.http import Http404, HttpRequest, HttpResponseBase
 from django.utils.translation import gettext_lazy as _
 from rest_framework.permissions import BasePermission
 
@@ -61,6 +61,16 @@ class StaffRequiredMixin(RoleRequiredMixin):
     """Volunteers, support staff and admins."""
 
     required_roles = STAFF_ROLES
+
+
+class StaffOr404Mixin(LoginRequiredMixin):
+    """Staff tools about one member: log in first, then 404 for anyone but staff, as for any
+    object that is not theirs (a 403 would tell a resident that the member exists)."""
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if request.user.is_authenticated and not has_role(request.user, *STAFF_ROLES):
+            raise Http404
+        return super().dispatch(request, *args, **kwargs)
 
 
 def role_permission(*roles: str) -> type[BasePermission]:

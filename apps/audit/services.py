@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 
 from apps.audit.models import AuditEntry
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 def audit_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -28,7 +31,7 @@ def _plain(value: Any) -> Any:
 
 def audit_record(
     *,
-    actor: Any,
+    actor: User | None,
     action: str,
     obj: models.Model,
     changes: Mapping[str, list[Any]] | None = None,

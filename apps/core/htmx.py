@@ -1,5 +1,6 @@
-"""htmx requests that lose their session: one full-page redirect to the login page (HX-Redirect)
-instead of a login form swapped into every polling badge."""
+"""htmx in views: `htmx_partial(request)` decides between a page and its fragment; requests that
+lose their session get one full-page redirect to the login page (HX-Redirect) instead of a login
+form swapped into every polling badge."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ from urllib.parse import urlencode, urlsplit
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
+
+
+def htmx_partial(request: HttpRequest) -> bool:
+    """True when htmx asks for a fragment to swap in; False for a plain or boosted page load
+    (a boosted link wants the whole page, as NetBox's helper of the same name says)."""
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx and not htmx.boosted)
 
 
 class HtmxLoginRedirectMiddleware:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
@@ -17,6 +17,9 @@ from django.utils import timezone
 from apps.firewall.choices import PushStep, SiteStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion, Site
 from apps.firewall.transport import FirewallSession, FirewallUnreachable, HelperReply, session_for
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ def ruleset_version_store(
     counts: dict[str, int],
     compile_seconds: float,
     cause: str,
-    actor: Any = None,
+    actor: User | None = None,
     snapshot_at: datetime | None = None,
     files: dict[str, str] | None = None,
     artefact_hashes: dict[str, str] | None = None,
@@ -439,7 +442,7 @@ class CompileError(Exception):
 
 
 def ruleset_compile(
-    *, site: Site | None = None, cause: str, actor: Any = None
+    *, site: Site | None = None, cause: str, actor: User | None = None
 ) -> list[RuleSetVersion]:
     """Compile the current database for every enabled host of `site` (None: of every site) and
     store the versions."""
@@ -462,7 +465,9 @@ def _snapshot_data(hosts: list[FirewallHost]) -> Any:
         raise CompileError(str(exc)) from exc
 
 
-def host_compile(*, host: FirewallHost, data: Any, cause: str, actor: Any = None) -> RuleSetVersion:
+def host_compile(
+    *, host: FirewallHost, data: Any, cause: str, actor: User | None = None
+) -> RuleSetVersion:
     """Compile one host's bundle from a database read and store it as a version."""
     from apps.firewall.snapshot import firewall_snapshot_build
     from workers.ruleset import SnapshotError, compile_bundle

@@ -3,7 +3,7 @@ the worker on the firewall queue does the pushing)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.utils import timezone
@@ -14,9 +14,12 @@ from apps.firewall import dispatch
 from apps.firewall.models import FirewallHost, RuleSetVersion
 from apps.firewall.pipeline import firewall_change_request, push_request_start
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 @transaction.atomic
-def firewall_push_now(*, actor: Any) -> str:
+def firewall_push_now(*, actor: User) -> str:
     """Staff ask for a compile and rollout of every site now (audited; runs in the worker).
     Returns the request id whose outcome each site's run reports (`push_request_outcome`)."""
     hosts = list(FirewallHost.objects.filter(enabled=True).select_related("site"))
@@ -39,7 +42,7 @@ class PinRefused(Exception):
 
 
 @transaction.atomic
-def host_pin(*, host: FirewallHost, version: RuleSetVersion, actor: Any) -> None:
+def host_pin(*, host: FirewallHost, version: RuleSetVersion, actor: User) -> None:
     """Put `version` back on `host` and hold it there: automatic pushes skip the host until
     someone unpins it (audited; the worker pushes it under the site's lock)."""
     host = FirewallHost.objects.select_for_update().get(pk=host.pk)
@@ -60,7 +63,7 @@ def host_pin(*, host: FirewallHost, version: RuleSetVersion, actor: Any) -> None
 
 
 @transaction.atomic
-def host_unpin(*, host: FirewallHost, actor: Any) -> None:
+def host_unpin(*, host: FirewallHost, actor: User) -> None:
     """Release a pinned host: its site compiles and pushes the newest version (audited)."""
     host = FirewallHost.objects.select_for_update().get(pk=host.pk)
     if host.pinned_version_id is None:
@@ -83,7 +86,7 @@ def host_unpin(*, host: FirewallHost, actor: Any) -> None:
     )
 
 
-def host_state_resync(*, host: FirewallHost, actor: Any) -> dict:
+def host_state_resync(*, host: FirewallHost, actor: User) -> dict:
     """Ask the peer's conntrackd for a full resync of the connection states into `host`
     (staff action after a sync problem; audited). Returns the host's failover state."""
     from apps.firewall.transport import FirewallUnreachable, session_for

@@ -14,6 +14,7 @@ from django.views import View
 from apps.accounts.roles import Role, RoleRequiredMixin, StaffRequiredMixin, has_role
 from apps.audit.selectors import audit_for_object
 from apps.audit.sentences import cause_members
+from apps.core.htmx import htmx_partial
 from apps.firewall.models import FirewallHost, Site
 from apps.firewall.pipeline import push_request_outcome
 from apps.firewall.selectors import host_push_log, host_versions, version_changes, version_diff
@@ -33,7 +34,7 @@ class FirewallHostListView(StaffRequiredMixin, View):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         template = "firewall/host_list.html"
-        if request.htmx and not request.htmx.boosted:
+        if htmx_partial(request):
             template += "#host-table"
         push = request.GET.get("push", "")
         context = {

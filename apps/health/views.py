@@ -6,6 +6,7 @@ from django.shortcuts import render
 from django.views import View
 
 from apps.accounts.roles import Role, RoleRequiredMixin
+from apps.core.htmx import htmx_partial
 from apps.health.heartbeat import celery_status
 
 
@@ -16,7 +17,7 @@ class SystemStatusView(RoleRequiredMixin, View):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         template = "health/system_status.html"
-        if request.htmx and not request.htmx.boosted:
+        if htmx_partial(request):
             template += "#celery-status"
         context = {"status": celery_status(), "interval": settings.PORTAL_HEARTBEAT_INTERVAL}
         return render(request, template, context)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import django_filters
 from django import forms
@@ -25,6 +25,9 @@ from apps.members.models import Member, Room
 from apps.members.privacy import member_data_export
 from apps.network.errors import MemberStateError, NetworkError
 from apps.network.models import Device
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class MemberFilter(django_filters.FilterSet):
@@ -85,7 +88,7 @@ class MemberOutputSerializer(serializers.ModelSerializer):
         return address.address if address else None
 
 
-def _members(actor: Any) -> QuerySet[Member]:
+def _members(actor: User) -> QuerySet[Member]:
     return (
         Member.objects.visible_to(actor)
         .select_related("user", "room__building", "public_ipv4")
@@ -185,7 +188,7 @@ class RoomOutputSerializer(serializers.ModelSerializer):
         fields = ["id", "label", "building", "building_name", "number", "ipv6_prefix"]
 
 
-def _rooms(actor: Any) -> QuerySet[Room]:
+def _rooms(actor: User | None) -> QuerySet[Room]:
     return Room.objects.visible_to(actor).select_related("building").order_by("label")
 
 
@@ -235,7 +238,7 @@ class _MemberActionAPI(APIView):
     form_class: type[forms.Form]
     schema_input: type[serializers.Serializer]
 
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+    def run(self, member: Member, actor: User, data: dict[str, Any]) -> None:
         raise NotImplementedError
 
     def post(self, request: Request, pk: int) -> Response:
@@ -282,7 +285,7 @@ class MemberCheckInAPI(_MemberActionAPI):
 
     form_class, schema_input = member_forms.CheckInForm, CheckInInput
 
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+    def run(self, member: Member, actor: User, data: dict[str, Any]) -> None:
         services.member_check_in(member=member, actor=actor)
 
 
@@ -291,7 +294,7 @@ class MemberUnsuspendAPI(_MemberActionAPI):
 
     form_class, schema_input = member_forms.CheckInForm, CheckInInput
 
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+    def run(self, member: Member, actor: User, data: dict[str, Any]) -> None:
         if member.status != MemberStatus.SUSPENDED:
             raise MemberStateError(_("%(member)s is not suspended.") % {"member": member})
         services.member_check_in(member=member, actor=actor)
@@ -302,7 +305,7 @@ class MemberSuspendAPI(_MemberActionAPI):
 
     form_class, schema_input = member_forms.SuspendForm, SuspendInput
 
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+    def run(self, member: Member, actor: User, data: dict[str, Any]) -> None:
         services.member_suspend(member=member, reason=data["reason"], actor=actor)
 
 
@@ -311,7 +314,7 @@ class MemberMoveAPI(_MemberActionAPI):
 
     form_class, schema_input = member_forms.MoveForm, MoveInput
 
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+    def run(self, member: Member, actor: User, data: dict[str, Any]) -> None:
         services.member_move(member=member, room=data["room"], actor=actor)
 
 
@@ -320,7 +323,7 @@ class MemberEndAPI(_MemberActionAPI):
 
     form_class, schema_input = member_forms.EndForm, EndInput
 
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+    def run(self, member: Member, actor: User, data: dict[str, Any]) -> None:
         services.member_end(member=member, note=data["note"], actor=actor)
 
 

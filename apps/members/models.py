@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
@@ -15,6 +15,9 @@ from django.utils.translation import gettext_lazy as _
 from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.members.choices import MemberStatus
 from apps.network.fields import CidrField
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class Building(models.Model):
@@ -34,7 +37,7 @@ class Building(models.Model):
 
 
 class RoomQuerySet(models.QuerySet["Room"]):
-    def visible_to(self, actor: Any) -> RoomQuerySet:
+    def visible_to(self, actor: User) -> RoomQuerySet:
         """Staff see every room; a member sees only the room they live in."""
         if has_role(actor, *STAFF_ROLES):
             return self
@@ -78,7 +81,7 @@ class Room(models.Model):
 
 
 class MemberQuerySet(models.QuerySet["Member"]):
-    def visible_to(self, actor: Any) -> MemberQuerySet:
+    def visible_to(self, actor: User) -> MemberQuerySet:
         """Staff see every member; a member sees only themselves."""
         if has_role(actor, *STAFF_ROLES):
             return self

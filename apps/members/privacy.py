@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from django.conf import settings
@@ -34,6 +34,9 @@ from apps.audit.models import AuditEntry
 from apps.audit.services import audit_record
 from apps.members.choices import MemberStatus
 from apps.members.models import Member
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 log = structlog.get_logger(__name__)
 
@@ -188,7 +191,7 @@ def member_data(*, member: Member) -> dict[str, Any]:
     }
 
 
-def member_data_export(*, member: Member, actor: Any) -> dict[str, Any]:
+def member_data_export(*, member: Member, actor: User) -> dict[str, Any]:
     """The member's data for a download; audited (who downloaded whose data, when)."""
     data = member_data(member=member)
     audit_record(actor=actor, action="member.data_export", obj=member, member=member)

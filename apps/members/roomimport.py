@@ -16,7 +16,7 @@ import io
 import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
@@ -26,6 +26,9 @@ from apps.audit.models import AuditEntry
 from apps.members.models import Building, Room
 from apps.network.errors import NetworkError
 from apps.network.models import Family, Subnet
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 __all__ = ["IMPORT_COLUMNS", "ImportError_", "RoomRow", "rooms_csv_parse", "rooms_import"]
 
@@ -194,7 +197,9 @@ def rooms_csv_parse(data: bytes) -> list[RoomRow]:
 # --- writing ----------------------------------------------------------------------------------
 
 
-def _audit_rows(actor: Any, action: str, objects: list[Any], changes: Any) -> list[AuditEntry]:
+def _audit_rows(
+    actor: User | None, action: str, objects: list[Any], changes: Any
+) -> list[AuditEntry]:
     is_user = getattr(actor, "is_authenticated", False)
     kind = ContentType.objects.get_for_model(type(objects[0])) if objects else None
     return [
@@ -211,7 +216,9 @@ def _audit_rows(actor: Any, action: str, objects: list[Any], changes: Any) -> li
     ]
 
 
-def _buildings(rows: list[RoomRow], actor: Any, counts: dict[str, int]) -> dict[str, Building]:
+def _buildings(
+    rows: list[RoomRow], actor: User | None, counts: dict[str, int]
+) -> dict[str, Building]:
     buildings = {b.code: b for b in Building.objects.all()}
     new: dict[str, Building] = {}
     for row in rows:
@@ -231,7 +238,7 @@ def _buildings(rows: list[RoomRow], actor: Any, counts: dict[str, int]) -> dict[
 
 
 def _subnets(
-    rows: list[RoomRow], buildings: dict[str, Building], actor: Any, counts: dict[str, int]
+    rows: list[RoomRow], buildings: dict[str, Building], actor: User | None, counts: dict[str, int]
 ) -> None:
     from apps.network.services import subnet_create
 
@@ -265,7 +272,7 @@ def _free_prefixes(building: Building) -> Iterator[str] | None:
 
 
 def _rooms(
-    rows: list[RoomRow], buildings: dict[str, Building], actor: Any, counts: dict[str, int]
+    rows: list[RoomRow], buildings: dict[str, Building], actor: User | None, counts: dict[str, int]
 ) -> None:
     existing = set(Room.objects.values_list("building_id", "number"))
     labels = set(Room.objects.values_list("label", flat=True))
@@ -315,7 +322,7 @@ FROM new
 """
 
 
-def _rooms_insert(rooms: list[Room], actor: Any) -> None:
+def _rooms_insert(rooms: list[Room], actor: User | None) -> None:
     is_user = getattr(actor, "is_authenticated", False)
     sql = _INSERT.format(room=Room._meta.db_table, audit=AuditEntry._meta.db_table)
     kind = ContentType.objects.get_for_model(Room).pk
@@ -337,7 +344,7 @@ def _rooms_insert(rooms: list[Room], actor: Any) -> None:
 
 
 @transaction.atomic
-def rooms_import(*, data: bytes, actor: Any) -> dict[str, int]:
+def rooms_import(*, data: bytes, actor: User | None) -> dict[str, int]:
     """Buildings, subnets and rooms from a CSV file's bytes; all or nothing (ImportError_ names
     the line). Counts of what was created are returned."""
     rows = rooms_csv_parse(data)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import Case, Exists, IntegerField, OuterRef, Q, QuerySet, Value, When
@@ -13,6 +13,9 @@ from apps.members.choices import MemberStatus
 from apps.members.models import Member, Room
 from apps.network.mac import mac_parse
 from apps.network.models import Device, PublicAddress
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 # The desk needs the right person among a screenful, not every Kowalski: the page shows the
 # first SEARCH_LIMIT and says that there are more.
@@ -29,7 +32,7 @@ SEARCH_RESULT_FIELDS = (
 )
 
 
-def _members(actor: Any) -> QuerySet[Member]:
+def _members(actor: User) -> QuerySet[Member]:
     return Member.objects.visible_to(actor).select_related("user", "room__building", "public_ipv4")
 
 
@@ -47,7 +50,7 @@ def search_kind(query: str) -> str:
     return f"ipv{address.version}"
 
 
-def member_search(*, actor: Any, query: str, limit: int = SEARCH_LIMIT) -> list[Member]:
+def member_search(*, actor: User, query: str, limit: int = SEARCH_LIMIT) -> list[Member]:
     """Staff search: name, e-mail, login, room, a MAC in any notation or any IPv4/IPv6 address.
 
     Each kind of query first finds at most `limit` member ids with one narrow indexed lookup
@@ -102,7 +105,7 @@ def member_search(*, actor: Any, query: str, limit: int = SEARCH_LIMIT) -> list[
 
 
 def _members_in_order(
-    actor: Any, *, ids: list[int] | None = None, user_ids: list[int] | None = None
+    actor: User, *, ids: list[int] | None = None, user_ids: list[int] | None = None
 ) -> list[Member]:
     """The members with these ids (or login ids), in that order, in one query.
 
@@ -173,14 +176,14 @@ def _text_user_ids(*, query: str, limit: int) -> list[int]:
     return list(users[:limit])
 
 
-def pending_queue(*, actor: Any) -> QuerySet[Member]:
+def pending_queue(*, actor: User) -> QuerySet[Member]:
     """Members waiting to be checked in, oldest registration first."""
     if not has_role(actor, *STAFF_ROLES):
         return Member.objects.none()
     return _members(actor).filter(status=MemberStatus.PENDING).order_by("registered_at", "pk")
 
 
-def member_get(*, actor: Any, pk: int) -> Member:
+def member_get(*, actor: User, pk: int) -> Member:
     """One member the actor may see (Member.DoesNotExist otherwise, which views turn into 404)."""
     return _members(actor).get(pk=pk)
 
@@ -192,7 +195,7 @@ def member_of_user(*, user: Any) -> Member | None:
     return _members(user).filter(user=user).first()
 
 
-def member_devices(*, actor: Any, member: Member) -> QuerySet[Device]:
+def member_devices(*, actor: User, member: Member) -> QuerySet[Device]:
     """The member's devices the actor may see (one query, however many there are)."""
     return Device.objects.visible_to(actor).filter(member=member).order_by("name", "pk")
 

@@ -7,7 +7,7 @@ Each is one transaction with audit rows; those that change network state schedul
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -34,6 +34,9 @@ from apps.network.services import (
     room_require_subnet,
 )
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 User = get_user_model()
 
 
@@ -50,7 +53,12 @@ def _lock(member: Member) -> Member:
 
 
 def _set_status(
-    member: Member, new: str, *, actor: Any, note: str = "", extra: dict[str, Any] | None = None
+    member: Member,
+    new: str,
+    *,
+    actor: User | None,
+    note: str = "",
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """Change the status, write the history row and the audit row (inside the caller's atomic)."""
     now = timezone.now()
@@ -85,7 +93,7 @@ def member_register(
     last_name: str,
     email: str,
     room: Room,
-    actor: Any,
+    actor: User | None,
     phone: str = "",
     username: str = "",
 ) -> Member:
@@ -135,7 +143,7 @@ def member_register(
 
 
 @transaction.atomic
-def member_update_contact(*, member: Member, actor: Any, email: str, phone: str) -> Member:
+def member_update_contact(*, member: Member, actor: User, email: str, phone: str) -> Member:
     """Change a member's e-mail address and phone number."""
     member = _lock(member)
     user = member.user
@@ -157,7 +165,7 @@ def member_update_contact(*, member: Member, actor: Any, email: str, phone: str)
 
 
 @transaction.atomic
-def member_check_in(*, member: Member, actor: Any) -> Member:
+def member_check_in(*, member: Member, actor: User) -> Member:
     """Activate a membership and give it its public IPv4 (kept if it already has one)."""
     member = _lock(member)
     _refuse_unless(
@@ -199,7 +207,7 @@ def _test_access_until_check(until: dt.date) -> None:
 
 @transaction.atomic
 def member_test_access_grant(
-    *, member: Member, until: dt.date, actor: Any, profile: ShapingProfile | None = None
+    *, member: Member, until: dt.date, actor: User, profile: ShapingProfile | None = None
 ) -> Member:
     """A test access until `until` (its last day), shaped by `profile` (default: the default
     profile); assigns the public IPv4. Granting again to a test member changes both."""
@@ -235,7 +243,7 @@ def member_test_access_grant(
 
 @transaction.atomic
 def member_test_access_extend(
-    *, member: Member, until: dt.date, actor: Any, profile: ShapingProfile | None = None
+    *, member: Member, until: dt.date, actor: User, profile: ShapingProfile | None = None
 ) -> Member:
     """Move the end of a running test access (and change its profile when one is given)."""
     member = _lock(member)
@@ -278,7 +286,7 @@ def member_test_access_extend(
 
 
 @transaction.atomic
-def member_test_access_end(*, member: Member, actor: Any, note: str = "") -> Member:
+def member_test_access_end(*, member: Member, actor: User | None, note: str = "") -> Member:
     """End a test access without check-in: back to pending, the public IPv4 into quarantine
     (its port forwards are disabled with it); the devices stay registered."""
     member = _lock(member)
@@ -361,7 +369,7 @@ def expiring_test_accesses_notify(*, today: dt.date | None = None) -> list[int]:
 
 
 @transaction.atomic
-def member_suspend(*, member: Member, reason: str, actor: Any) -> Member:
+def member_suspend(*, member: Member, reason: str, actor: User) -> Member:
     """Suspend an active membership (addresses stay reserved; the firewall cuts it off)."""
     member = _lock(member)
     _refuse_unless(member, MemberStatus.ACTIVE, MemberStatus.TEST, action=_("Suspending"))
@@ -373,7 +381,7 @@ def member_suspend(*, member: Member, reason: str, actor: Any) -> Member:
 
 
 @transaction.atomic
-def member_move(*, member: Member, room: Room, actor: Any) -> Member:
+def member_move(*, member: Member, room: Room, actor: User) -> Member:
     """Move to another room: new private addresses for the devices, the same public IPv4."""
     member = _lock(member)
     if member.is_ended:
@@ -411,7 +419,7 @@ def _close_stay(member: Member, now: dt.datetime) -> None:
 
 
 @transaction.atomic
-def member_end(*, member: Member, actor: Any, note: str = "") -> Member:
+def member_end(*, member: Member, actor: User, note: str = "") -> Member:
     """End a membership: public IPv4 to quarantine, devices removed, room given up."""
     member = _lock(member)
     if member.is_ended:
@@ -437,7 +445,7 @@ def member_end(*, member: Member, actor: Any, note: str = "") -> Member:
 
 
 @transaction.atomic
-def building_create(*, code: str, name: str, actor: Any, address: str = "") -> Building:
+def building_create(*, code: str, name: str, actor: User, address: str = "") -> Building:
     """A new building (its subnets are added with network.services.subnet_create)."""
     building = Building.objects.create(code=code.strip(), name=name.strip(), address=address)
     audit_record(
@@ -450,7 +458,7 @@ def building_create(*, code: str, name: str, actor: Any, address: str = "") -> B
 
 
 @transaction.atomic
-def room_create(*, building: Building, number: str, actor: Any) -> Room:
+def room_create(*, building: Building, number: str, actor: User) -> Room:
     """A new room with its IPv6 /64 from the building's prefix (when the building has one)."""
     number = number.strip()
     if Room.objects.filter(building=building, number=number).exists():

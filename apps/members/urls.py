@@ -10,4 +10,26 @@ urlpatterns = [
     path("office-hours/", views.OfficeHoursView.as_view(), name="office_hours"),
     path("office-hours/members/new/", views.MemberRegisterView.as_view(), name="member_register"),
     path("office-hours/members/<int:pk>/", views.MemberDetailView.as_view(), name="member_detail"),
+    path(
+        "office-hours/members/<int:pk>/check-in/",
+        views.MemberCheckInView.as_view(),
+        name="member_check_in",
+    ),
+    path(
+        "office-hours/members/<int:pk>/grant-test-access/",
+        views.MemberTestAccessView.as_view(),
+        name="member_test_access",
+    ),
+    path(
+        "office-hours/members/<int:pk>/suspend/",
+        views.MemberSuspendView.as_view(),
+        name="member_suspend",
+    ),
+    path("office-hours/members/<int:pk>/move/", views.MemberMoveView.as_view(), name="member_move"),
+    path("office-hours/members/<int:pk>/end/", views.MemberEndView.as_view(), name="member_end"),
+    path(
+        "office-hours/members/<int:pk>/contact/",
+        views.MemberContactView.as_view(),
+        name="member_contact",
+    ),
 ]

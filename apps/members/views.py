@@ -11,12 +11,21 @@ from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import Promise
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views import View
 
-from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role, user_roles
+from apps.accounts.roles import (
+    StaffOr404Mixin,
+    StaffRequiredMixin,
+    user_roles,
+)
 from apps.audit.selectors import audit_for_member
+from apps.core.actions import action_field_dispatch
+from apps.core.htmx import htmx_partial
 from apps.dhcp.selectors import lease_search, unknown_devices_near
 from apps.members import forms as member_forms
 from apps.members import services
@@ -68,7 +77,7 @@ class OfficeHoursView(StaffRequiredMixin, View):
             "more_results": len(results) > SEARCH_LIMIT,
             "search_limit": SEARCH_LIMIT,
         }
-        if request.htmx and not request.htmx.boosted:
+        if htmx_partial(request):
             target = request.htmx.target or "search-results"
             if target == "pending-queue":
                 context["pending"] = self._pending(request)
@@ -81,63 +90,8 @@ class OfficeHoursView(StaffRequiredMixin, View):
         return Paginator(pending_queue(actor=request.user), 20).get_page(request.GET.get("page"))
 
 
-class StaffOr404Mixin(LoginRequiredMixin):
-    """Staff tools about one member: anyone else gets 404, as for any object not theirs."""
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        if request.user.is_authenticated and not has_role(request.user, *STAFF_ROLES):
-            raise Http404
-        return super().dispatch(request, *args, **kwargs)
-
-
-ACTIONS: dict[str, tuple[type[forms.Form] | None, Any]] = {
-    "check-in": (
-        member_forms.CheckInForm,
-        lambda m, a, d: services.member_check_in(member=m, actor=a),
-    ),
-    "test-access": (
-        member_forms.TestAccessForm,
-        lambda m, a, d: services.member_test_access_grant(member=m, until=d["until"], actor=a),
-    ),
-    "suspend": (
-        member_forms.SuspendForm,
-        lambda m, a, d: services.member_suspend(member=m, reason=d["reason"], actor=a),
-    ),
-    "move": (
-        member_forms.MoveForm,
-        lambda m, a, d: services.member_move(member=m, room=d["room"], actor=a),
-    ),
-    "end": (
-        member_forms.EndForm,
-        lambda m, a, d: services.member_end(member=m, note=d["note"], actor=a),
-    ),
-    "contact": (
-        member_forms.ContactForm,
-        lambda m, a, d: services.member_update_contact(
-            member=m, email=d["email"], phone=d["phone"], actor=a
-        ),
-    ),
-}
-
-
-# The box that confirms an action with consequences; the server refuses the action without it.
-CONFIRM_BOXES = {"check-in": "identity_checked", "end": "confirm"}
-
-
-def _done_message(action: str, member: Member) -> str:
-    texts = {
-        "check-in": _("%(member)s is checked in and active."),
-        "test-access": _("%(member)s has a test access now."),
-        "suspend": _("%(member)s is suspended."),
-        "move": _("%(member)s moved; the devices have their new addresses."),
-        "end": _("The membership of %(member)s has ended."),
-        "contact": _("Contact data of %(member)s saved."),
-    }
-    return texts[action] % {"member": member}
-
-
-class MemberDetailView(StaffOr404Mixin, View):
-    """Everything about one member, with every office-hours action (plain forms, keyboard first)."""
+class MemberPage(StaffOr404Mixin, View):
+    """The member page's parts shared by the page and its actions."""
 
     template = "members/member_detail.html"
 
@@ -180,34 +134,124 @@ class MemberDetailView(StaffOr404Mixin, View):
         status = 422 if bound else 200
         return render(request, self.template, context, status=status)
 
+
+class MemberActionView(MemberPage):
+    """One office-hours action on a member, POSTed to its own URL: the subclasses name the form
+    and run the service. Done: back to the page (or the desk); refused: the page with the form."""
+
+    action: str  # the form's key on the page, and its name in an older form's `action` field
+    form_class: type[forms.Form]
+    done: Promise  # the success message; %(member)s is the member
+    confirm_box: str = ""  # the box that confirms an action with consequences (refused without)
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        raise NotImplementedError
+
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        return self._render(request, self._member(request, pk))
+        """A reload (or a link on a refused form's page) shows the page itself."""
+        query = request.META.get("QUERY_STRING", "")
+        return redirect(
+            reverse("members:member_detail", args=[pk]) + (f"?{query}" if query else "")
+        )
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         member = self._member(request, pk)
-        action = request.POST.get("action", "")
-        if action not in ACTIONS:
-            raise Http404
-        form_class, run = ACTIONS[action]
-        key = action.replace("-", "_")
-        form = form_class(request.POST) if form_class else None
-        if form is not None and not form.is_valid():
-            box = CONFIRM_BOXES.get(action)
+        key = self.action.replace("-", "_")
+        form = self.form_class(request.POST)
+        if not form.is_valid():
+            box = self.confirm_box
             if box in form.errors:  # said at the top too: the form may be far down the page
                 messages.error(request, " ".join(form.errors[box]))
             return self._render(request, member, {key: form})
         try:
-            run(member, request.user, form.cleaned_data if form else {})
+            self.run(member, request.user, form.cleaned_data)
         except NetworkError as exc:
-            if form is not None:
-                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-                return self._render(request, member, {key: form})
-            messages.error(request, exc.message)
-        else:
-            messages.success(request, _done_message(action, member))
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            return self._render(request, member, {key: form})
+        messages.success(request, str(self.done) % {"member": member})
         if request.POST.get("next") == "office-hours":
             return redirect("members:office_hours")
         return redirect("members:member_detail", pk=member.pk)
+
+
+class MemberCheckInView(MemberActionView):
+    action = "check-in"
+    form_class = member_forms.CheckInForm
+    done = gettext_lazy("%(member)s is checked in and active.")
+    confirm_box = "identity_checked"
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        services.member_check_in(member=member, actor=actor)
+
+
+class MemberTestAccessView(MemberActionView):
+    action = "test-access"
+    form_class = member_forms.TestAccessForm
+    done = gettext_lazy("%(member)s has a test access now.")
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        services.member_test_access_grant(member=member, until=data["until"], actor=actor)
+
+
+class MemberSuspendView(MemberActionView):
+    action = "suspend"
+    form_class = member_forms.SuspendForm
+    done = gettext_lazy("%(member)s is suspended.")
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        services.member_suspend(member=member, reason=data["reason"], actor=actor)
+
+
+class MemberMoveView(MemberActionView):
+    action = "move"
+    form_class = member_forms.MoveForm
+    done = gettext_lazy("%(member)s moved; the devices have their new addresses.")
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        services.member_move(member=member, room=data["room"], actor=actor)
+
+
+class MemberEndView(MemberActionView):
+    action = "end"
+    form_class = member_forms.EndForm
+    done = gettext_lazy("The membership of %(member)s has ended.")
+    confirm_box = "confirm"
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        services.member_end(member=member, note=data["note"], actor=actor)
+
+
+class MemberContactView(MemberActionView):
+    action = "contact"
+    form_class = member_forms.ContactForm
+    done = gettext_lazy("Contact data of %(member)s saved.")
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        services.member_update_contact(
+            member=member, email=data["email"], phone=data["phone"], actor=actor
+        )
+
+
+MEMBER_ACTION_VIEWS = (
+    MemberCheckInView,
+    MemberTestAccessView,
+    MemberSuspendView,
+    MemberMoveView,
+    MemberEndView,
+    MemberContactView,
+)
+
+
+class MemberDetailView(MemberPage):
+    """Everything about one member, with every office-hours action (plain forms, keyboard first;
+    each form posts to its action's own view)."""
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        return self._render(request, self._member(request, pk))
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """A form that names its action in an `action` field (as before the per-action URLs)."""
+        return action_field_dispatch(request, MEMBER_ACTION_VIEWS, pk=pk)
 
 
 class MemberRegisterView(StaffRequiredMixin, View):

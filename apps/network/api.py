@@ -4,7 +4,7 @@ request answers 400 with the field it concerns."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import django_filters
 from django import forms
@@ -46,6 +46,9 @@ from apps.network.services import (
     port_forward_create,
     port_forward_delete,
 )
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class IPAddressFilter(django_filters.Filter):
@@ -169,7 +172,7 @@ class DeviceChangeInputSerializer(serializers.Serializer):
     mac = serializers.CharField(max_length=40, required=False)
 
 
-def _devices(actor: Any) -> QuerySet[Device]:
+def _devices(actor: User) -> QuerySet[Device]:
     return Device.objects.visible_to(actor).select_related("member").order_by("pk")
 
 
@@ -345,7 +348,7 @@ class PortForwardFilter(django_filters.FilterSet):
         fields = ["member", "device", "enabled", "protocol"]
 
 
-def _forwards(actor: Any) -> QuerySet[PortForward]:
+def _forwards(actor: User) -> QuerySet[PortForward]:
     return (
         PortForward.objects.visible_to(actor)
         .select_related("device", "public_address")
@@ -473,7 +476,7 @@ class Ipv6OpeningFilter(django_filters.FilterSet):
         fields = ["member", "device", "enabled"]
 
 
-def _openings(actor: Any) -> QuerySet[Ipv6Opening]:
+def _openings(actor: User) -> QuerySet[Ipv6Opening]:
     return Ipv6Opening.objects.visible_to(actor).select_related("device").order_by("pk")
 
 
@@ -573,7 +576,7 @@ class TestAccessEndInputSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
 
-def _test_accesses(actor: Any) -> QuerySet[Member]:
+def _test_accesses(actor: User) -> QuerySet[Member]:
     return (
         Member.objects.visible_to(actor)
         .filter(status=MemberStatus.TEST)

@@ -8,17 +8,20 @@ and causes took part, and never when it rolls back.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 import redis
 from django.db import transaction
 
 from apps.firewall.pipeline import firewall_change_request
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 logger = logging.getLogger(__name__)
 
 
-def network_changed(*, cause: str, actor: Any) -> None:
+def network_changed(*, cause: str, actor: User | None) -> None:
     """A committed change of network state: every site compiles and pushes (debounced)."""
     name = actor.get_username() if getattr(actor, "is_authenticated", False) else "system"
     logger.info("network changed: %s (by %s)", cause, name)
@@ -32,7 +35,7 @@ def network_changed(*, cause: str, actor: Any) -> None:
 class _PendingChange:
     """The on_commit callback of one transaction; later causes join it instead of adding more."""
 
-    def __init__(self, cause: str, actor: Any) -> None:
+    def __init__(self, cause: str, actor: User | None) -> None:
         self.causes = [cause]
         self.actor = actor
         self.done = False
@@ -42,7 +45,7 @@ class _PendingChange:
         network_changed(cause=", ".join(dict.fromkeys(self.causes)), actor=self.actor)
 
 
-def network_changed_on_commit(*, cause: str, actor: Any) -> None:
+def network_changed_on_commit(*, cause: str, actor: User | None) -> None:
     """Schedule `network_changed` for when the current transaction commits (once per commit)."""
     connection = transaction.get_connection()
     if connection.in_atomic_block:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import IntegerRangeField, RangeOperators
@@ -16,6 +16,9 @@ from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.network.choices import Direction, Protocol
 from apps.network.fields import CidrField, InetAddressField, MacAddressField
 from apps.network.ports import port_text
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class Family(models.IntegerChoices):
@@ -106,7 +109,7 @@ class PublicAddress(models.Model):
 
 
 class DeviceQuerySet(models.QuerySet["Device"]):
-    def visible_to(self, actor: Any) -> DeviceQuerySet:
+    def visible_to(self, actor: User) -> DeviceQuerySet:
         """Staff see every device; a member sees only their own."""
         if has_role(actor, *STAFF_ROLES):
             return self
@@ -267,7 +270,7 @@ def _port_checks(prefix: str, first: str, last: str, *, nullable: bool = False) 
 
 
 class PortForwardQuerySet(models.QuerySet["PortForward"]):
-    def visible_to(self, actor: Any) -> PortForwardQuerySet:
+    def visible_to(self, actor: User) -> PortForwardQuerySet:
         """Staff see every forward; a member sees only their own."""
         if has_role(actor, *STAFF_ROLES):
             return self
@@ -365,7 +368,7 @@ class PortForward(models.Model):
 
 
 class Ipv6OpeningQuerySet(models.QuerySet["Ipv6Opening"]):
-    def visible_to(self, actor: Any) -> Ipv6OpeningQuerySet:
+    def visible_to(self, actor: User) -> Ipv6OpeningQuerySet:
         """Staff see every opening; a member sees only those of their own devices."""
         if has_role(actor, *STAFF_ROLES):
             return self
@@ -491,7 +494,7 @@ class ShapingProfile(models.Model):
 class TestAccessQuerySet(models.QuerySet["TestAccess"]):
     __test__ = False  # not a pytest class
 
-    def visible_to(self, actor: Any) -> TestAccessQuerySet:
+    def visible_to(self, actor: User) -> TestAccessQuerySet:
         """Staff see every test access; a member only their own."""
         if has_role(actor, *STAFF_ROLES):
             return self

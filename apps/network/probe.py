@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.cache import cache
 from django.utils.translation import gettext as _
@@ -21,6 +21,9 @@ from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.audit.services import audit_record
 from apps.firewall.transport import FirewallUnreachable, session_for
 from apps.network.models import Ipv6Opening, NetworkSettings, PortForward
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 CACHE_SECONDS = 60
 RESULTS = ("reachable", "refused", "no-answer", "open-or-filtered")
@@ -72,7 +75,7 @@ def _targets_of_opening(opening: Ipv6Opening) -> list[tuple[str, str, int]]:
 
 
 def _run(
-    *, actor: Any, member_id: int, obj: Any, targets: list[tuple[str, str, int]]
+    *, actor: User, member_id: int, obj: Any, targets: list[tuple[str, str, int]]
 ) -> list[ProbeResult]:
     settings_row = NetworkSettings.load()
     if not settings_row.probe_address:
@@ -119,14 +122,14 @@ def _run(
     return results
 
 
-def forward_probe(*, actor: Any, forward: PortForward) -> list[ProbeResult]:
+def forward_probe(*, actor: User, forward: PortForward) -> list[ProbeResult]:
     """Test one port forward from outside (its first public port, per protocol)."""
     return _run(
         actor=actor, member_id=forward.member_id, obj=forward, targets=_targets_of_forward(forward)
     )
 
 
-def opening_probe(*, actor: Any, opening: Ipv6Opening) -> list[ProbeResult]:
+def opening_probe(*, actor: User, opening: Ipv6Opening) -> list[ProbeResult]:
     """Test one IPv6 opening from outside (its first port, per protocol)."""
     return _run(
         actor=actor,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -19,8 +19,11 @@ from apps.network.models import (
     TestAccess,
 )
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-def member_port_forwards(*, actor: Any, member: Member) -> QuerySet[PortForward]:
+
+def member_port_forwards(*, actor: User, member: Member) -> QuerySet[PortForward]:
     """The member's forwards the actor may see, by device then port (one query)."""
     return (
         PortForward.objects.visible_to(actor)
@@ -30,7 +33,7 @@ def member_port_forwards(*, actor: Any, member: Member) -> QuerySet[PortForward]
     )
 
 
-def member_ipv6_openings(*, actor: Any, member: Member) -> QuerySet[Ipv6Opening]:
+def member_ipv6_openings(*, actor: User, member: Member) -> QuerySet[Ipv6Opening]:
     """The openings of the member's devices the actor may see, by device then port."""
     return (
         Ipv6Opening.objects.visible_to(actor)
@@ -53,7 +56,7 @@ def by_device(rows: list[Any], devices: list[Device]) -> list[tuple[Device | Non
 
 
 def expiring_test_accesses(
-    *, actor: Any, within_days: int = 7, today: dt.date | None = None
+    *, actor: User, within_days: int = 7, today: dt.date | None = None
 ) -> QuerySet[Member]:
     """Test-access members whose last day is today or in the next `within_days` days (and any
     already overdue the beat task has not ended yet), soonest first."""

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from apps.network import views
 
@@ -57,12 +57,16 @@ urlpatterns = [
     ),
     path(
         "office-hours/members/<int:member_pk>/test-access/",
-        views.TestAccessActionView.as_view(),
+        views.TestAccessSectionView.as_view(),
         name="test_access_section",
     ),
-    path(
-        "office-hours/members/<int:member_pk>/test-access/<str:action>/",
-        views.TestAccessActionView.as_view(),
-        name="test_access_action",
+    # One view per action; one name, so {% url 'network:test_access_action' pk 'grant' %} works.
+    *(
+        re_path(
+            rf"^office-hours/members/(?P<member_pk>[0-9]+)/test-access/(?P<action>{view.action})/$",
+            view.as_view(),
+            name="test_access_action",
+        )
+        for view in (views.TestAccessGrantView, views.TestAccessExtendView, views.TestAccessEndView)
     ),
 ]

@@ -19,7 +19,8 @@ from django.utils.translation import gettext, ngettext
 from django.views import View
 from django_htmx.http import trigger_client_event
 
-from apps.accounts.roles import STAFF_ROLES, StaffRequiredMixin, has_role
+from apps.accounts.roles import STAFF_ROLES, StaffOr404Mixin, StaffRequiredMixin, has_role
+from apps.core.htmx import htmx_partial
 from apps.firewall.live import LiveHosts, live_attach, live_hosts
 from apps.firewall.snapshot import NETWORKED_STATUSES
 from apps.members.models import Member
@@ -129,7 +130,7 @@ def _device_or_404(request: HttpRequest, pk: int) -> Device:
 
 def _section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
     """The devices section for htmx; a redirect to the page it lives on otherwise."""
-    if request.htmx:
+    if htmx_partial(request):
         context = devices_context(request=request, member=member, sections=False, **kwargs)
         response = render(request, "network/partials/devices.html", context)
         if request.method == "POST" and not kwargs.get("editing"):
@@ -165,11 +166,11 @@ class DeviceAddView(LoginRequiredMixin, View):
             except NetworkError as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, exc.message)
             else:
-                if request.htmx:
+                if htmx_partial(request):
                     return _section(request, member, notice=_added(device))
                 messages.success(request, _added(device))
                 return _section(request, member)
-        if not request.htmx:
+        if not htmx_partial(request):
             for error in form.errors.values():
                 messages.error(request, " ".join(error))
         return _section(request, member, form=form)
@@ -304,14 +305,14 @@ def _redirect_to(request: HttpRequest, member: Member, anchor: str) -> HttpRespo
 
 
 def _forwards_section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
-    if request.htmx:
+    if htmx_partial(request):
         context = forwards_context(request=request, member=member, **kwargs)
         return render(request, "network/partials/forwards.html", context)
     return _redirect_to(request, member, "port-forwards")
 
 
 def _openings_section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
-    if request.htmx:
+    if htmx_partial(request):
         context = openings_context(request=request, member=member, **kwargs)
         return render(request, "network/partials/openings.html", context)
     return _redirect_to(request, member, "ipv6-openings")
@@ -339,12 +340,12 @@ def _opening_or_404(request: HttpRequest, pk: int) -> Ipv6Opening:
 
 def _form_refused(request: HttpRequest, form: forms.Form, exc: NetworkError) -> None:
     form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-    if not request.htmx:
+    if not htmx_partial(request):
         messages.error(request, exc.message)
 
 
 def _form_errors_to_messages(request: HttpRequest, form: forms.Form) -> None:
-    if not request.htmx:
+    if not htmx_partial(request):
         for error in form.errors.values():
             messages.error(request, " ".join(error))
 
@@ -380,7 +381,7 @@ class ForwardAddView(LoginRequiredMixin, View):
                 _form_refused(request, form, exc)
             else:
                 notice = _forward_added(forward)
-                if not request.htmx:
+                if not htmx_partial(request):
                     messages.success(request, notice)
                 return _forwards_section(request, member, notice=notice)
         _form_errors_to_messages(request, form)
@@ -447,7 +448,7 @@ class ForwardToggleView(LoginRequiredMixin, View):
         try:
             port_forward_change(forward=forward, enabled=enabled, actor=request.user)
         except NetworkError as exc:
-            if not request.htmx:
+            if not htmx_partial(request):
                 messages.error(request, exc.message)
             return _forwards_section(request, forward.member, notice=exc.message)
         notice = gettext("Forward enabled.") if enabled else gettext("Forward disabled.")
@@ -495,7 +496,7 @@ class OpeningAddView(LoginRequiredMixin, View):
                 _form_refused(request, form, exc)
             else:
                 notice = gettext("Opening added.")
-                if not request.htmx:
+                if not htmx_partial(request):
                     messages.success(request, notice)
                 return _openings_section(request, member, notice=notice)
         _form_errors_to_messages(request, form)
@@ -553,7 +554,7 @@ class OpeningToggleView(LoginRequiredMixin, View):
         try:
             ipv6_opening_change(opening=opening, enabled=enabled, actor=request.user)
         except NetworkError as exc:
-            if not request.htmx:
+            if not htmx_partial(request):
                 messages.error(request, exc.message)
             return _openings_section(request, member, notice=exc.message)
         notice = gettext("Opening enabled.") if enabled else gettext("Opening disabled.")
@@ -605,19 +606,10 @@ def member_test_access_context(
     }
 
 
-class StaffMemberMixin(LoginRequiredMixin):
-    """Member tools for staff; anyone else gets 404 like for any object that is not theirs."""
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        if request.user.is_authenticated and not has_role(request.user, *STAFF_ROLES):
-            raise Http404
-        return super().dispatch(request, *args, **kwargs)
-
-
 def _test_access_section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
     """The section with the refused form (htmx); the member page otherwise."""
     url = reverse("members:member_detail", args=[member.pk]) + "#test-access"
-    if request.htmx:
+    if htmx_partial(request):
         context = {
             "member": member,
             **member_test_access_context(request=request, member=member, **kwargs),
@@ -641,7 +633,7 @@ def _test_access_done(request: HttpRequest, member: Member, action: str) -> Http
     with it); the member page with the message otherwise."""
     member = _member_or_404(request, member.pk)  # status, dates and access as saved
     text = _test_access_done_text(action, member)
-    if not request.htmx:
+    if not htmx_partial(request):
         messages.success(request, text)
         return redirect(reverse("members:member_detail", args=[member.pk]) + "#test-access")
     from apps.audit.selectors import audit_for_member
@@ -665,52 +657,69 @@ def _test_access_done(request: HttpRequest, member: Member, action: str) -> Http
     return HttpResponse(html)
 
 
-class TestAccessActionView(StaffMemberMixin, View):
-    """POST grant / extend / end a member's test access (volunteers, from the member page).
-
-    Success reloads the member page (status, dates and audit trail change with it); a refusal
-    shows the form again with the message next to its field.
-    """
+class TestAccessSectionView(StaffOr404Mixin, View):
+    """GET: the test-access panel again (cancel); each action below POSTs to its own URL."""
 
     __test__ = False  # not a pytest class
 
     def get(self, request: HttpRequest, member_pk: int, action: str = "") -> HttpResponse:
         return _test_access_section(request, _member_or_404(request, member_pk))
 
-    def post(self, request: HttpRequest, member_pk: int, action: str) -> HttpResponse:
+
+class TestAccessActionView(TestAccessSectionView):
+    """POST one test-access action (volunteers, from the member page): the subclasses grant,
+    extend and end.
+
+    Success shows the panel again with the confirmation (htmx) or the member page; a refusal
+    shows the form again with the message next to its field.
+    """
+
+    action: str
+    form_class: type[forms.Form] = TestAccessForm
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def post(self, request: HttpRequest, member_pk: int, action: str = "") -> HttpResponse:
         member = _member_or_404(request, member_pk)
-        form: forms.Form
-        if action in ("grant", "extend"):
-            form = TestAccessForm(request.POST, prefix=action)
-        elif action == "end":
-            form = TestAccessEndForm(request.POST, prefix="end")
-        else:
-            raise Http404
+        form = self.form_class(request.POST, prefix=self.action)
         if form.is_valid():
-            data = form.cleaned_data
             try:
-                if action == "grant":
-                    member_test_access_grant(
-                        member=member,
-                        until=data["until"],
-                        profile=data["profile"],
-                        actor=request.user,
-                    )
-                elif action == "extend":
-                    member_test_access_extend(
-                        member=member,
-                        until=data["until"],
-                        profile=data["profile"],
-                        actor=request.user,
-                    )
-                else:
-                    member_test_access_end(member=member, note=data["note"], actor=request.user)
+                self.run(member, request.user, form.cleaned_data)
             except NetworkError as exc:
                 _form_refused(request, form, exc)
             else:
-                return _test_access_done(request, member, action)
+                return _test_access_done(request, member, self.action)
         _form_errors_to_messages(request, form)
-        return _test_access_section(request, member, open_form=action, **{f"{action}_form": form})
+        return _test_access_section(
+            request, member, open_form=self.action, **{f"{self.action}_form": form}
+        )
+
+
+class TestAccessGrantView(TestAccessActionView):
+    action = "grant"
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        member_test_access_grant(
+            member=member, until=data["until"], profile=data["profile"], actor=actor
+        )
+
+
+class TestAccessExtendView(TestAccessActionView):
+    action = "extend"
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        member_test_access_extend(
+            member=member, until=data["until"], profile=data["profile"], actor=actor
+        )
+
+
+class TestAccessEndView(TestAccessActionView):
+    action = "end"
+    form_class = TestAccessEndForm
+
+    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
+        member_test_access_end(member=member, note=data["note"], actor=actor)
 
 
 class TestAccessListView(StaffRequiredMixin, View):
@@ -735,7 +744,7 @@ class TestAccessListView(StaffRequiredMixin, View):
             ],
         }
         template = "network/test_access_list.html"
-        if request.htmx and not request.htmx.boosted:
+        if htmx_partial(request):
             template += "#test-access-table"
         return render(request, template, context)
 

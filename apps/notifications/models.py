@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
@@ -12,9 +12,12 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.notifications.choices import LiveOutcome, LiveWhat, MailStatus, NoticeKind
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 class NoticeQuerySet(models.QuerySet["Notice"]):
-    def visible_to(self, actor: Any) -> NoticeQuerySet:
+    def visible_to(self, actor: User) -> NoticeQuerySet:
         """A notice is personal: everyone, staff included, sees only their own."""
         if not getattr(actor, "is_authenticated", False):
             return self.none()

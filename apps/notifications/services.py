@@ -14,7 +14,7 @@ import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from django.conf import settings
@@ -27,6 +27,9 @@ from apps.audit.services import audit_changes, audit_record
 from apps.notifications.choices import LiveOutcome, LiveWhat, MailStatus, NoticeKind
 from apps.notifications.mail import notices_mail
 from apps.notifications.models import LiveCheck, Notice, Preference
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 log = structlog.get_logger(__name__)
 
@@ -93,7 +96,7 @@ def notices_create(
 
 @transaction.atomic
 def preference_update(
-    *, member: Any, language: str, mail: Mapping[str, bool], actor: Any
+    *, member: Any, language: str, mail: Mapping[str, bool], actor: User
 ) -> Preference:
     """Store a member's language and mail choices (a kind left out keeps its current choice)."""
     preference, _created = Preference.objects.select_for_update().get_or_create(member=member)

@@ -9,6 +9,7 @@ from django.shortcuts import render
 from django.utils.translation import gettext as _
 from django.views import View
 
+from apps.core.htmx import htmx_partial
 from apps.members.models import Member
 from apps.members.selectors import member_of_user
 from apps.notifications.forms import PreferenceForm
@@ -33,7 +34,7 @@ class NoticeListView(LoginRequiredMixin, View):
             request.GET.get("page")
         )
         template = "notifications/notice_list.html"
-        if request.htmx and not request.htmx.boosted:  # type: ignore[attr-defined]
+        if htmx_partial(request):
             template += "#notice-table"
         return render(request, template, {"page": page})
 
@@ -70,6 +71,6 @@ class PreferenceView(LoginRequiredMixin, View):
             context = {"form": PreferenceForm(preference=preference), "saved": _("Saved.")}
             status = 200
         template = self.template
-        if request.htmx:  # type: ignore[attr-defined]
+        if htmx_partial(request):
             template += "#preference-form"
         return render(request, template, context, status=status)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
@@ -23,8 +23,11 @@ from apps.tickets.choices import (
     TicketStatus,
 )
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-def _is_support(actor: Any) -> bool:
+
+def _is_support(actor: User) -> bool:
     return has_role(actor, Role.SUPPORT)
 
 
@@ -132,7 +135,7 @@ class IncidentUpdate(models.Model):
 
 
 class TicketQuerySet(models.QuerySet):
-    def visible_to(self, actor: Any) -> TicketQuerySet:
+    def visible_to(self, actor: User) -> TicketQuerySet:
         """Support and admins see every ticket; everyone else only the tickets they requested."""
         if not getattr(actor, "is_authenticated", False):
             return self.none()

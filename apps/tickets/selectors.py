@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, time, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
@@ -13,6 +13,9 @@ from django.utils import timezone
 from apps.accounts.roles import Role
 from apps.tickets.choices import ACTIVE_STATUSES, InboundStatus, MessageKind, TicketStatus
 from apps.tickets.models import Attachment, InboundMail, Incident, Message, Ticket
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 User = get_user_model()
 
@@ -41,7 +44,7 @@ def ticket_search_q(text: str) -> Q:
     return condition
 
 
-def ticket_list(*, actor: Any, filters: Mapping[str, Any] | None = None) -> QuerySet[Ticket]:
+def ticket_list(*, actor: User, filters: Mapping[str, Any] | None = None) -> QuerySet[Ticket]:
     """Tickets `actor` may see, filtered by status, queue, assignee, incident, tag and text."""
     filters = filters or {}
     qs = Ticket.objects.visible_to(actor).select_related("assignee", "queue", "incident")
@@ -73,7 +76,7 @@ def ticket_list(*, actor: Any, filters: Mapping[str, Any] | None = None) -> Quer
     return qs.order_by("-last_message_at", "-id")
 
 
-def ticket_get(*, actor: Any, pk: int) -> Ticket:
+def ticket_get(*, actor: User, pk: int) -> Ticket:
     """One visible ticket (DoesNotExist otherwise: the view answers 404)."""
     return (
         Ticket.objects.visible_to(actor)
@@ -82,7 +85,7 @@ def ticket_get(*, actor: Any, pk: int) -> Ticket:
     )
 
 
-def ticket_thread(*, actor: Any, ticket: Ticket) -> QuerySet[Message]:
+def ticket_thread(*, actor: User, ticket: Ticket) -> QuerySet[Message]:
     """The thread; internal notes only for support staff."""
     qs = ticket.messages.select_related("author").prefetch_related("attachments")
     if not Ticket.objects.visible_to(actor).filter(pk=ticket.pk).exists():
@@ -94,7 +97,7 @@ def ticket_thread(*, actor: Any, ticket: Ticket) -> QuerySet[Message]:
     return qs.order_by("created_at", "id")
 
 
-def attachment_get(*, actor: Any, pk: int) -> Attachment | None:
+def attachment_get(*, actor: User, pk: int) -> Attachment | None:
     """A stored attachment of a visible ticket; notes' files only for support staff."""
     from apps.accounts.roles import has_role
 
@@ -115,7 +118,7 @@ def support_staff() -> QuerySet[Any]:
     )
 
 
-def incident_list(*, actor: Any, current_only: bool = False) -> QuerySet[Incident]:
+def incident_list(*, actor: User, current_only: bool = False) -> QuerySet[Incident]:
     """Incidents with their ticket counts (staff)."""
     qs = Incident.objects.annotate(
         ticket_count=Count("tickets"),
@@ -126,7 +129,7 @@ def incident_list(*, actor: Any, current_only: bool = False) -> QuerySet[Inciden
     return qs.order_by("-started_at")
 
 
-def quarantine_list(*, actor: Any) -> QuerySet[InboundMail]:
+def quarantine_list(*, actor: User) -> QuerySet[InboundMail]:
     """Mail that could not become a ticket message, newest first."""
     return InboundMail.objects.filter(status=InboundStatus.QUARANTINED).defer("raw")
 
@@ -178,7 +181,7 @@ def ticket_claimed_member(*, ticket: Ticket) -> Any | None:
     return user_for_email(ticket.requester_email) if ticket.sender_unverified else None
 
 
-def ticket_member_context(*, actor: Any, ticket: Ticket) -> dict[str, Any]:
+def ticket_member_context(*, actor: User, ticket: Ticket) -> dict[str, Any]:
     """The requester's network context beside a ticket, in a constant number of queries.
 
     Reuses the member dashboard's selectors (membership with room, building and public IPv4;

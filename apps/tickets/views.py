@@ -20,6 +20,8 @@ from django.views import View
 
 from apps.accounts.roles import Role, RoleRequiredMixin
 from apps.accounts.throttle import THROTTLED_MESSAGE, retry_text, throttle_hit
+from apps.core.actions import action_field_dispatch
+from apps.core.htmx import htmx_partial
 from apps.tickets import selectors, services
 from apps.tickets.charts import stats_charts
 from apps.tickets.choices import InboundStatus, TicketStatus
@@ -51,7 +53,7 @@ def _local_next(request: HttpRequest) -> str:
 
 
 def _partial(request: HttpRequest, template: str, partial: str) -> str:
-    if getattr(request, "htmx", False) and not request.htmx.boosted:
+    if htmx_partial(request):
         return f"{template}#{partial}"
     return template
 
@@ -123,8 +125,8 @@ class InboxView(SupportRequiredMixin, View):
 # --- staff: one ticket ------------------------------------------------------------------------
 
 
-class TicketDetailView(SupportRequiredMixin, View):
-    """The thread, reply and note forms, ticket fields and the member's context."""
+class TicketPage(SupportRequiredMixin, View):
+    """The ticket page's parts shared by the page and its actions."""
 
     def _ticket(self, request: HttpRequest, pk: int) -> Ticket:
         try:
@@ -162,57 +164,126 @@ class TicketDetailView(SupportRequiredMixin, View):
             "claimed_member": selectors.ticket_claimed_member(ticket=ticket),
         }
 
+
+class SupportActionView(SupportRequiredMixin, View):
+    """One action on a ticket or incident, POSTed to its own URL. `act` returns the answer when
+    done, or None to show the page again with the refused form (400)."""
+
+    action: str  # its name in an older form's `action` field
+    page: str  # the page's URL name
+
+    def page_object(self, request: HttpRequest, pk: int) -> Any:
+        raise NotImplementedError
+
+    def page_render(self, request: HttpRequest, obj: Any, forms: dict[str, Any]) -> HttpResponse:
+        raise NotImplementedError
+
+    def act(self, request: HttpRequest, obj: Any, forms: dict[str, Any]) -> HttpResponse | None:
+        raise NotImplementedError
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """A reload (or a link on a refused form's page) shows the page itself."""
+        query = request.META.get("QUERY_STRING", "")
+        return redirect(reverse(self.page, args=[pk]) + (f"?{query}" if query else ""))
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        obj = self.page_object(request, pk)
+        forms: dict[str, Any] = {}
+        try:
+            if (done := self.act(request, obj, forms)) is not None:
+                return done
+        except services.TicketError as exc:
+            messages.error(request, str(exc))
+        response = self.page_render(request, obj, forms)
+        response.status_code = 400
+        return response
+
+
+class TicketActionView(SupportActionView, TicketPage):
+    page = "tickets:ticket_detail"
+
+    def page_object(self, request: HttpRequest, pk: int) -> Ticket:
+        return self._ticket(request, pk)
+
+    def page_render(self, request: HttpRequest, obj: Ticket, forms: dict[str, Any]) -> HttpResponse:
+        return render(request, "tickets/ticket_detail.html", self._context(request, obj, **forms))
+
+
+class TicketReplyView(TicketActionView):
+    action = "reply"
+
+    def act(
+        self, request: HttpRequest, ticket: Ticket, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        form = forms["reply_form"] = ReplyForm(request.POST)
+        if not form.is_valid():
+            return None
+        services.ticket_reply(
+            ticket=ticket,
+            actor=request.user,
+            body=form.cleaned_data["body"],
+            status=form.cleaned_data["status"],
+        )
+        messages.success(request, _("Reply sent."))
+        return redirect("tickets:ticket_detail", pk=ticket.pk)
+
+
+class TicketNoteView(TicketActionView):
+    action = "note"
+
+    def act(
+        self, request: HttpRequest, ticket: Ticket, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        form = forms["note_form"] = NoteForm(request.POST)
+        if not form.is_valid():
+            return None
+        services.ticket_note(ticket=ticket, actor=request.user, body=form.cleaned_data["body"])
+        messages.success(request, _("Note added."))
+        return redirect("tickets:ticket_detail", pk=ticket.pk)
+
+
+class TicketUpdateView(TicketActionView):
+    action = "update"
+
+    def act(
+        self, request: HttpRequest, ticket: Ticket, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        form = forms["update_form"] = TicketUpdateForm(request.POST)
+        if not form.is_valid():
+            return None
+        services.ticket_update(ticket=ticket, actor=request.user, **form.cleaned_data)
+        messages.success(request, _("Ticket updated."))
+        return redirect("tickets:ticket_detail", pk=ticket.pk)
+
+
+class TicketSenderConfirmView(TicketActionView):
+    action = "confirm_sender"
+
+    def act(
+        self, request: HttpRequest, ticket: Ticket, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        ticket = services.ticket_sender_confirm(ticket=ticket, actor=request.user)
+        messages.success(
+            request,
+            _("Sender confirmed: the ticket now belongs to %(name)s.")
+            % {"name": ticket.requester_display},
+        )
+        return redirect("tickets:ticket_detail", pk=ticket.pk)
+
+
+class TicketDetailView(TicketPage):
+    """The thread, reply and note forms, ticket fields and the member's context (each form posts
+    to its action's own view)."""
+
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         ticket = self._ticket(request, pk)
         return render(request, "tickets/ticket_detail.html", self._context(request, ticket))
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
-        ticket = self._ticket(request, pk)
-        action = request.POST.get("action")
-        forms: dict[str, Any] = {}
-        try:
-            if action == "reply":
-                form = forms["reply_form"] = ReplyForm(request.POST)
-                if form.is_valid():
-                    services.ticket_reply(
-                        ticket=ticket,
-                        actor=request.user,
-                        body=form.cleaned_data["body"],
-                        status=form.cleaned_data["status"],
-                    )
-                    messages.success(request, _("Reply sent."))
-                    return redirect("tickets:ticket_detail", pk=pk)
-            elif action == "note":
-                form = forms["note_form"] = NoteForm(request.POST)
-                if form.is_valid():
-                    services.ticket_note(
-                        ticket=ticket, actor=request.user, body=form.cleaned_data["body"]
-                    )
-                    messages.success(request, _("Note added."))
-                    return redirect("tickets:ticket_detail", pk=pk)
-            elif action == "update":
-                form = forms["update_form"] = TicketUpdateForm(request.POST)
-                if form.is_valid():
-                    services.ticket_update(ticket=ticket, actor=request.user, **form.cleaned_data)
-                    messages.success(request, _("Ticket updated."))
-                    return redirect("tickets:ticket_detail", pk=pk)
-            elif action == "confirm_sender":
-                ticket = services.ticket_sender_confirm(ticket=ticket, actor=request.user)
-                messages.success(
-                    request,
-                    _("Sender confirmed: the ticket now belongs to %(name)s.")
-                    % {"name": ticket.requester_display},
-                )
-                return redirect("tickets:ticket_detail", pk=pk)
-            else:
-                raise Http404
-        except services.TicketError as exc:
-            messages.error(request, str(exc))
-        response = render(
-            request, "tickets/ticket_detail.html", self._context(request, ticket, **forms)
-        )
-        response.status_code = 400
-        return response
+        """A form that names its action in an `action` field (as before the per-action URLs)."""
+        self._ticket(request, pk)  # 404 before anything else, as before
+        views = (TicketReplyView, TicketNoteView, TicketUpdateView, TicketSenderConfirmView)
+        return action_field_dispatch(request, views, pk=pk)
 
 
 class CannedFillView(SupportRequiredMixin, View):
@@ -269,21 +340,47 @@ class QuarantineView(SupportRequiredMixin, View):
         )
 
     def post(self, request: HttpRequest) -> HttpResponse:
+        """A form that names its action in an `action` field; anything but retry dismisses."""
+        views = (QuarantineRetryView, QuarantineDismissView)
+        return action_field_dispatch(request, views, default="dismiss")
+
+
+class QuarantineActionView(SupportRequiredMixin, View):
+    """Retry or dismiss one quarantined mail (POST `mail`), then the quarantine again."""
+
+    action: str
+
+    def act(self, request: HttpRequest, inbound: InboundMail) -> None:
+        raise NotImplementedError
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return redirect("tickets:quarantine")
+
+    def post(self, request: HttpRequest) -> HttpResponse:
         inbound = get_object_or_404(
             InboundMail, pk=request.POST.get("mail") or 0, status=InboundStatus.QUARANTINED
         )
-        if request.POST.get("action") == "retry":
-            services.inbound_process(inbound=inbound)
-            if inbound.status == InboundStatus.QUARANTINED:
-                messages.error(
-                    request, _("Still not readable: %(error)s") % {"error": inbound.error}
-                )
-            else:
-                messages.success(request, _("The mail was filed."))
-        else:
-            services.inbound_dismiss(inbound=inbound, actor=request.user)
-            messages.success(request, _("The mail was dismissed."))
+        self.act(request, inbound)
         return redirect("tickets:quarantine")
+
+
+class QuarantineRetryView(QuarantineActionView):
+    action = "retry"
+
+    def act(self, request: HttpRequest, inbound: InboundMail) -> None:
+        services.inbound_process(inbound=inbound)
+        if inbound.status == InboundStatus.QUARANTINED:
+            messages.error(request, _("Still not readable: %(error)s") % {"error": inbound.error})
+        else:
+            messages.success(request, _("The mail was filed."))
+
+
+class QuarantineDismissView(QuarantineActionView):
+    action = "dismiss"
+
+    def act(self, request: HttpRequest, inbound: InboundMail) -> None:
+        services.inbound_dismiss(inbound=inbound, actor=request.user)
+        messages.success(request, _("The mail was dismissed."))
 
 
 class StatsView(SupportRequiredMixin, View):
@@ -427,8 +524,8 @@ def _mass_reply(
     return False
 
 
-class IncidentDetailView(SupportRequiredMixin, View):
-    """Updates, linked tickets, link by hand, one reply to all, solve all, end."""
+class IncidentPage(SupportRequiredMixin, View):
+    """The incident page's parts shared by the page and its actions."""
 
     def _context(self, incident: Incident, **forms: Any) -> dict[str, Any]:
         tickets = incident.tickets.select_related("assignee").order_by("-created_at")
@@ -448,63 +545,121 @@ class IncidentDetailView(SupportRequiredMixin, View):
             "link_form": forms.get("link_form") or LinkForm(),
         }
 
+
+class IncidentActionView(SupportActionView, IncidentPage):
+    page = "tickets:incident_detail"
+
+    def page_object(self, request: HttpRequest, pk: int) -> Incident:
+        return get_object_or_404(Incident, pk=pk)
+
+    def page_render(
+        self, request: HttpRequest, obj: Incident, forms: dict[str, Any]
+    ) -> HttpResponse:
+        return render(request, "tickets/incident_detail.html", self._context(obj, **forms))
+
+
+class IncidentUpdateView(IncidentActionView):
+    action = "update"
+
+    def act(
+        self, request: HttpRequest, incident: Incident, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        form = forms["update_form"] = IncidentUpdateForm(request.POST)
+        if not form.is_valid():
+            return None
+        services.incident_update_post(incident=incident, actor=request.user, **form.cleaned_data)
+        messages.success(request, _("Update published."))
+        return redirect("tickets:incident_detail", pk=incident.pk)
+
+
+class IncidentMassReplyView(IncidentActionView):
+    action = "mass_reply"
+
+    def act(
+        self, request: HttpRequest, incident: Incident, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        form = forms["reply_form"] = MassReplyForm(request.POST)
+        if not form.is_valid():
+            return None
+        if _mass_reply(request, incident, form, forms):
+            return redirect("tickets:incident_detail", pk=incident.pk)
+        return render(request, "tickets/incident_detail.html", self._context(incident, **forms))
+
+
+class IncidentLinkView(IncidentActionView):
+    action = "link"
+
+    def act(
+        self, request: HttpRequest, incident: Incident, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        form = forms["link_form"] = LinkForm(request.POST)
+        if form.is_valid() and _link_tickets(request, incident, form):
+            return redirect("tickets:incident_detail", pk=incident.pk)
+        return None
+
+
+class IncidentUnlinkView(IncidentActionView):
+    action = "unlink"
+
+    def act(
+        self, request: HttpRequest, incident: Incident, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        tickets = incident.tickets.filter(pk=request.POST.get("ticket") or 0)
+        services.incident_tickets_link(incident=None, tickets=tickets, actor=request.user)
+        return redirect("tickets:incident_detail", pk=incident.pk)
+
+
+class IncidentSolveView(IncidentActionView):
+    action = "solve"
+
+    def act(
+        self, request: HttpRequest, incident: Incident, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        count = services.incident_tickets_solve(incident=incident, actor=request.user)
+        messages.success(
+            request,
+            ngettext("%(count)d ticket solved.", "%(count)d tickets solved.", count)
+            % {"count": count},
+        )
+        return redirect("tickets:incident_detail", pk=incident.pk)
+
+
+class IncidentEndView(IncidentActionView):
+    action = "end"
+
+    def act(
+        self, request: HttpRequest, incident: Incident, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        services.incident_end(
+            incident=incident, actor=request.user, body=request.POST.get("body", "")
+        )
+        messages.success(request, _("Incident ended."))
+        return redirect("tickets:incident_detail", pk=incident.pk)
+
+
+INCIDENT_ACTION_VIEWS = (
+    IncidentUpdateView,
+    IncidentMassReplyView,
+    IncidentLinkView,
+    IncidentUnlinkView,
+    IncidentSolveView,
+    IncidentEndView,
+)
+
+
+class IncidentDetailView(IncidentPage):
+    """Updates, linked tickets, link by hand, one reply to all, solve all, end (each form posts
+    to its action's own view)."""
+
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         incident = get_object_or_404(Incident, pk=pk)
         template = _partial(request, "tickets/incident_detail.html", "incident-tickets")
         return render(request, template, self._context(incident))
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
-        incident = get_object_or_404(Incident, pk=pk)
-        action = request.POST.get("action")
-        forms: dict[str, Any] = {}
-        user = request.user
-        try:
-            if action == "update":
-                form = forms["update_form"] = IncidentUpdateForm(request.POST)
-                if form.is_valid():
-                    services.incident_update_post(
-                        incident=incident, actor=user, **form.cleaned_data
-                    )
-                    messages.success(request, _("Update published."))
-                    return redirect("tickets:incident_detail", pk=pk)
-            elif action == "mass_reply":
-                form = forms["reply_form"] = MassReplyForm(request.POST)
-                if form.is_valid():
-                    sent = _mass_reply(request, incident, form, forms)
-                    if sent:
-                        return redirect("tickets:incident_detail", pk=pk)
-                    return render(
-                        request, "tickets/incident_detail.html", self._context(incident, **forms)
-                    )
-            elif action == "link":
-                form = forms["link_form"] = LinkForm(request.POST)
-                if form.is_valid() and _link_tickets(request, incident, form):
-                    return redirect("tickets:incident_detail", pk=pk)
-            elif action == "unlink":
-                tickets = incident.tickets.filter(pk=request.POST.get("ticket") or 0)
-                services.incident_tickets_link(incident=None, tickets=tickets, actor=user)
-                return redirect("tickets:incident_detail", pk=pk)
-            elif action == "solve":
-                count = services.incident_tickets_solve(incident=incident, actor=user)
-                messages.success(
-                    request,
-                    ngettext("%(count)d ticket solved.", "%(count)d tickets solved.", count)
-                    % {"count": count},
-                )
-                return redirect("tickets:incident_detail", pk=pk)
-            elif action == "end":
-                services.incident_end(
-                    incident=incident, actor=user, body=request.POST.get("body", "")
-                )
-                messages.success(request, _("Incident ended."))
-                return redirect("tickets:incident_detail", pk=pk)
-            else:
-                raise Http404
-        except services.TicketError as exc:
-            messages.error(request, str(exc))
-        response = render(request, "tickets/incident_detail.html", self._context(incident, **forms))
-        response.status_code = 400
-        return response
+        """A form that names its action in an `action` field (as before the per-action URLs)."""
+        get_object_or_404(Incident, pk=pk)  # 404 before anything else, as before
+        return action_field_dispatch(request, INCIDENT_ACTION_VIEWS, pk=pk)
 
 
 # --- members ----------------------------------------------------------------------------------

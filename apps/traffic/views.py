@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views import View
 
 from apps.accounts.roles import StaffRequiredMixin
+from apps.core.htmx import htmx_partial
 from apps.core.localtime import zone_label
 from apps.firewall.models import Site
 from apps.members.models import Building, Member
@@ -93,7 +94,7 @@ class TopTalkersView(StaffRequiredMixin, View):
                 day, hour = data["day"], data["hour"]
                 site, building = data["site"], data["building"]
             else:
-                status = 422 if not request.htmx else 200
+                status = 422 if not htmx_partial(request) else 200
                 day, hour, site, building = local.date(), local.hour, None, None
         else:
             day, hour, site, building = local.date(), local.hour, None, None
@@ -107,6 +108,6 @@ class TopTalkersView(StaffRequiredMixin, View):
                 for label, delta in ((_("previous hour"), -1), (_("next hour"), 1))
             ]
         template = self.template
-        if request.htmx and not request.htmx.boosted:
+        if htmx_partial(request):
             template += "#top-result"
         return render(request, template, context, status=status)

@@ -1,0 +1,337 @@
+"""Incidents: declare, post updates, end, link tickets, answer all of them at once (mass reply,
+in each requester's language) and solve them together."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.apps import apps as django_apps
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
+
+from apps.tickets.choices import ACTIVE_STATUSES, IncidentPhase, MessageKind, TicketStatus
+from apps.tickets.models import (
+    Incident,
+    IncidentBroadcast,
+    IncidentUpdate,
+    Message,
+    Ticket,
+    TicketEvent,
+)
+from apps.tickets.services.helpers import (
+    TicketError,
+    _audit,
+    _msgid,
+    _reply_subject,
+    _thread_headers,
+    placeholders_fill,
+)
+from apps.tickets.status import status_cache_refresh
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+
+def _matching_q(keywords: list[str]) -> Q:
+    condition = Q(pk__in=[])
+    for keyword in (k.strip() for k in keywords):
+        if keyword:
+            body = Message.objects.filter(
+                ticket=OuterRef("pk"), kind=MessageKind.INBOUND, body_text__icontains=keyword
+            )
+            condition |= Q(subject__icontains=keyword) | Q(Exists(body))
+    return condition
+
+
+def _clean_list(values: Iterable[str]) -> list[str]:
+    return sorted({v.strip()[:80] for v in values if v and v.strip()})
+
+
+@transaction.atomic
+def incident_declare(
+    *,
+    actor: User,
+    title: str,
+    description: str = "",
+    severity: str = "major",
+    affected: Iterable[str] = (),
+    keywords: Iterable[str] = (),
+    started_at: Any = None,
+    public: bool = True,
+    buildings: Iterable[Any] = (),
+) -> Incident:
+    """Declare an incident and link the active tickets since its start that mention it or
+    come from members living in an affected building."""
+    if not title.strip():
+        raise TicketError(_("An incident needs a title."))
+    incident = Incident.objects.create(
+        title=title.strip()[:200],
+        description=description.strip(),
+        severity=severity,
+        affected=_clean_list(affected),
+        keywords=_clean_list(keywords),
+        started_at=started_at or timezone.now(),
+        public=public,
+        created_by=actor,
+    )
+    if description.strip():
+        IncidentUpdate.objects.create(incident=incident, body=description.strip(), author=actor)
+    buildings = list(buildings)
+    if buildings:
+        incident.buildings.set(buildings)
+    _audit(actor=actor, action="incident.declare", obj=incident)
+    if incident.keywords or buildings:
+        condition = _matching_q(incident.keywords)
+        if buildings:
+            condition |= Q(requester__member__room__building__in=buildings)
+        candidates = Ticket.objects.filter(
+            incident__isnull=True, status__in=ACTIVE_STATUSES, created_at__gte=incident.started_at
+        ).filter(condition)
+        incident_tickets_link(incident=incident, tickets=candidates, actor=actor, auto=True)
+    transaction.on_commit(status_cache_refresh)
+    if buildings and incident.public and django_apps.is_installed("apps.notifications"):
+        # Thousands of members may live there: their notices are made by a task, never here.
+        from workers.notifications import incident_notices_create as incident_notices_task
+
+        incident_id = incident.pk
+        transaction.on_commit(lambda: incident_notices_task.delay(incident_id))
+    return incident
+
+
+@transaction.atomic
+def incident_update_post(
+    *, incident: Incident, actor: User, body: str, phase: str = IncidentPhase.INVESTIGATING
+) -> IncidentUpdate:
+    """A public update on an incident."""
+    if not body.strip():
+        raise TicketError(_("The update is empty."))
+    update = IncidentUpdate.objects.create(
+        incident=incident, body=body.strip(), phase=phase, author=actor
+    )
+    _audit(actor=actor, action="incident.update", obj=incident, detail=phase)
+    transaction.on_commit(status_cache_refresh)
+    return update
+
+
+@transaction.atomic
+def incident_end(*, incident: Incident, actor: User, body: str = "") -> Incident:
+    """End an incident (with a closing update)."""
+    incident = Incident.objects.select_for_update().get(pk=incident.pk)
+    if incident.ended_at is not None:
+        return incident
+    incident.ended_at = timezone.now()
+    incident.save(update_fields=["ended_at"])
+    IncidentUpdate.objects.create(
+        incident=incident,
+        phase=IncidentPhase.RESOLVED,
+        body=body.strip() or _("The problem is solved."),
+        author=actor,
+    )
+    _audit(actor=actor, action="incident.end", obj=incident)
+    transaction.on_commit(status_cache_refresh)
+    return incident
+
+
+@transaction.atomic
+def incident_tickets_link(
+    *, incident: Incident | None, tickets: Iterable[Ticket], actor: User, auto: bool = False
+) -> int:
+    """Link tickets to an incident by hand (or unlink with incident=None)."""
+    count = 0
+    for ticket in tickets:
+        if ticket.incident_id == (incident.pk if incident else None):
+            continue
+        ticket.incident = incident
+        ticket.save(update_fields=["incident", "updated_at"])
+        label = incident.title if incident else "-"
+        _audit(
+            actor=actor,
+            action="ticket.incident_link",
+            obj=ticket,
+            ticket=ticket,
+            detail=("auto: " if auto else "") + label,
+        )
+        count += 1
+    return count
+
+
+def _requester_languages(tickets: list[Ticket]) -> dict[int, str]:
+    """Each ticket's requester's chosen language ("" when none was chosen or no member wrote)."""
+    if not django_apps.is_installed("apps.notifications"):
+        return {}
+    from apps.notifications.models import Preference
+
+    users = {t.requester_id for t in tickets if t.requester_id}
+    chosen = dict(
+        Preference.objects.filter(member__user_id__in=users)
+        .exclude(language="")
+        .values_list("member__user_id", "language")
+    )
+    return {t.pk: chosen.get(t.requester_id, "") for t in tickets}
+
+
+def mass_reply_languages(language: str, *, body_de: str) -> list[str]:
+    """The languages a mass reply is written in for a requester who chose `language`: German
+    only with a German text; both (as the portal's notice mails) when nothing was chosen."""
+    if not body_de:
+        return ["en"]
+    if language in ("en", "de"):
+        return [language]
+    return ["en", "de"]
+
+
+def mass_reply_text(
+    *, ticket: Ticket, actor: User, body: str, body_de: str = "", language: str = ""
+) -> str:
+    """The text `ticket` receives, each language's part filled in that language."""
+    texts = {"en": body, "de": body_de}
+    parts = []
+    for code in mass_reply_languages(language, body_de=body_de):
+        with translation.override(code):
+            parts.append(placeholders_fill(texts[code], ticket=ticket, actor=actor))
+    return "\n\n-- \n\n".join(parts)
+
+
+def _mass_reply_texts(
+    tickets: list[Ticket], *, actor: User, body: str, body_de: str
+) -> list[tuple[Ticket, str, str]]:
+    """(ticket, its languages such as "en+de", the text it receives) for each ticket."""
+    chosen = _requester_languages(tickets)
+    rows = []
+    for ticket in tickets:
+        language = chosen.get(ticket.pk, "")
+        kind = "+".join(mass_reply_languages(language, body_de=body_de))
+        text = mass_reply_text(
+            ticket=ticket, actor=actor, body=body, body_de=body_de, language=language
+        )
+        rows.append((ticket, kind, text))
+    return rows
+
+
+def _mass_reply_tickets(incident: Incident) -> QuerySet[Ticket]:
+    return (
+        Ticket.objects.filter(incident=incident, status__in=ACTIVE_STATUSES)
+        .select_related("requester")
+        .order_by("pk")
+    )
+
+
+@dataclass(frozen=True)
+class MassReplyPreview:
+    """What a mass reply would do: how many tickets, in which languages, one text of each."""
+
+    count: int
+    languages: dict[str, int]  # "en", "de", "en+de" -> tickets
+    examples: list[tuple[Ticket, str]]  # one ticket per kind of text, and what it would get
+
+
+def incident_mass_reply_preview(
+    *, incident: Incident, actor: User, body: str, body_de: str = ""
+) -> MassReplyPreview:
+    """Render the reply for real tickets of the incident without sending or storing anything."""
+    body, body_de = body.strip(), body_de.strip()
+    counts: dict[str, int] = {}
+    examples: list[tuple[Ticket, str]] = []
+    rows = _mass_reply_texts(
+        list(_mass_reply_tickets(incident)), actor=actor, body=body, body_de=body_de
+    )
+    for ticket, kind, text in rows:
+        counts[kind] = counts.get(kind, 0) + 1
+        if counts[kind] == 1:
+            examples.append((ticket, text))
+    return MassReplyPreview(count=len(rows), languages=counts, examples=examples)
+
+
+@transaction.atomic
+def incident_mass_reply(
+    *, incident: Incident, actor: User, body: str, body_de: str = "", solve: bool = False
+) -> IncidentBroadcast:
+    """Answer every active linked ticket at once: one message per ticket, in its own thread,
+    in its requester's language when a German text is given.
+
+    The messages are written here, once (unique per ticket and broadcast); the task only
+    mails the unsent ones, so retries cannot answer a ticket twice.
+    """
+    body, body_de = body.strip(), body_de.strip()
+    if not body:
+        raise TicketError(_("The reply is empty."))
+    broadcast = IncidentBroadcast.objects.create(
+        incident=incident, body=body, body_de=body_de, solve=solve, created_by=actor
+    )
+    tickets = list(_mass_reply_tickets(incident).select_for_update(of=("self",)))
+    thread: dict[int, list[Message]] = {t.pk: [] for t in tickets}
+    for m in (
+        Message.objects.filter(ticket__in=tickets)
+        .exclude(kind=MessageKind.NOTE)
+        .exclude(message_id="")
+        .order_by("created_at", "id")
+        .only("ticket_id", "message_id", "kind")
+    ):
+        thread[m.ticket_id].append(m)
+    now = timezone.now()
+    messages = []
+    for ticket, _kind, text in _mass_reply_texts(tickets, actor=actor, body=body, body_de=body_de):
+        in_reply_to, references = _thread_headers(ticket, thread[ticket.pk])
+        messages.append(
+            Message(
+                ticket=ticket,
+                kind=MessageKind.OUTBOUND,
+                author=actor,
+                from_name=actor.get_full_name(),
+                to_email=ticket.requester_email,
+                subject=_reply_subject(ticket),
+                body_text=text,
+                message_id=_msgid(ticket),
+                in_reply_to=in_reply_to,
+                references=references,
+                broadcast=broadcast,
+                created_at=now,
+            )
+        )
+        ticket.status = TicketStatus.SOLVED if solve else TicketStatus.WAITING
+        ticket.solved_at = now if solve else None
+        ticket.first_response_at = ticket.first_response_at or now
+        ticket.last_message_at = now
+        ticket.updated_at = now
+    Message.objects.bulk_create(messages)
+    Ticket.objects.bulk_update(
+        tickets, ["status", "solved_at", "first_response_at", "last_message_at", "updated_at"]
+    )
+    TicketEvent.objects.bulk_create(
+        TicketEvent(ticket=t, actor=actor, action="ticket.mass_reply", detail=incident.title[:300])
+        for t in tickets
+    )
+    _audit(
+        actor=actor, action="incident.mass_reply", obj=incident, detail=f"{len(tickets)} tickets"
+    )
+    from workers.mail import incident_broadcast_send as incident_broadcast_send_task
+
+    broadcast_id = broadcast.pk
+    transaction.on_commit(lambda: incident_broadcast_send_task.delay(broadcast_id))
+    return broadcast
+
+
+@transaction.atomic
+def incident_tickets_solve(*, incident: Incident, actor: User) -> int:
+    """Mark every active ticket of the incident solved (no mail; see incident_mass_reply)."""
+    tickets = list(
+        Ticket.objects.select_for_update().filter(incident=incident, status__in=ACTIVE_STATUSES)
+    )
+    now = timezone.now()
+    for ticket in tickets:
+        ticket.status, ticket.solved_at, ticket.updated_at = TicketStatus.SOLVED, now, now
+    Ticket.objects.bulk_update(tickets, ["status", "solved_at", "updated_at"])
+    TicketEvent.objects.bulk_create(
+        TicketEvent(
+            ticket=t, actor=actor, action="ticket.update", detail="status=solved (incident)"
+        )
+        for t in tickets
+    )
+    _audit(
+        actor=actor, action="incident.solve_tickets", obj=incident, detail=f"{len(tickets)} tickets"
+    )
+    return len(tickets)
