@@ -105,3 +105,12 @@ def throttle_counters_clean():
     keys = list(client.scan_iter(f"{KEY_PREFIX}*", count=1000))
     if keys:
         client.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
+def status_cache_clean():
+    """Every test starts with no cached status page data: it lives in Redis, outside the test's
+    transaction, so an incident of an earlier test would otherwise show in this one's banner."""
+    from apps.tickets.status import status_cache_clear
+
+    status_cache_clear()
