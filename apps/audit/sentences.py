@@ -201,7 +201,7 @@ def _value(value: Any) -> str:
 
 
 def _shown_value(name: str, value: Any) -> str:
-    if name.endswith("_profile") and isinstance(value, str):
+    if name.endswith("profile") and isinstance(value, str):
         from apps.network.models import shaping_profile_label
 
         return shaping_profile_label(value)
@@ -459,5 +459,7 @@ def change_rows(entry: Any) -> list[tuple[str, Any, Any]]:
 
             actor = _actor_text(entry)
             new = format_html_join(". ", "{}", ((s,) for s in update_sentences(new, actor=actor)))
+        if name == "profile" or name.endswith("_profile"):
+            old, new = (_shown_value(name, v) if isinstance(v, str) else v for v in (old, new))
         rows.append((label[:1].upper() + label[1:], _shown(old, field), _shown(new, field)))
     return rows
