@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import date, datetime
+from datetime import date, datetime, tzinfo
 from typing import Any
 
 from django.http import StreamingHttpResponse
@@ -23,12 +23,14 @@ __all__ = ["FORMULA_START", "csv_cell", "csv_response"]
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def csv_cell(value: Any) -> str:
-    """One cell as text: empty for None, local time for datetimes, formulas neutralised."""
+def csv_cell(value: Any, zone: tzinfo | None = None) -> str:
+    """One cell as text: empty for None, local time (`zone`, else the portal's) for datetimes,
+    formulas neutralised."""
     if value is None:
         return ""
     if isinstance(value, datetime):
-        value = timezone.localtime(value) if timezone.is_aware(value) else value
+        if value.tzinfo is not None:
+            value = value.astimezone(zone or timezone.get_current_timezone())
         text = value.strftime("%Y-%m-%d %H:%M")
     elif isinstance(value, date):
         text = value.isoformat()
@@ -53,6 +55,7 @@ def csv_response(
 ) -> StreamingHttpResponse:
     """A streamed CSV download: `header`, then `rows` (read lazily, in the reader's language)."""
     language = translation.get_language()
+    zone = timezone.get_current_timezone()
     writer = csv.writer(_Line())
     first = writer.writerow([csv_cell(h) for h in header])
 
@@ -60,7 +63,7 @@ def csv_response(
         yield "\ufeff" + first
         with translation.override(language):
             for row in rows:
-                yield writer.writerow([csv_cell(v) for v in row])
+                yield writer.writerow([csv_cell(v, zone) for v in row])
 
     response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = content_disposition_header(True, filename)

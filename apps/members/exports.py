@@ -17,6 +17,7 @@ from apps.accounts.roles import StaffRequiredMixin
 from apps.audit.services import audit_record
 from apps.core.csvexport import csv_response
 from apps.dhcp.models import Lease
+from apps.members.choices import MemberStatus
 from apps.members.models import Member
 from apps.members.selectors import member_search, search_kind
 from apps.network.mac import mac_parse
@@ -56,8 +57,12 @@ def _matching_member_ids(actor: Any, query: str) -> list[int]:
     return [m.pk for m in member_search(actor=actor, query=query, limit=EXPORT_SEARCH_LIMIT)]
 
 
-def _name(member: Member) -> str:
-    return member.user.get_full_name() or member.user.get_username()
+def _person(first: str, last: str, login: str) -> str:
+    return f"{first} {last}".strip() or login
+
+
+# The rows are read as plain values, not model instances: building 60,000 devices with their
+# member, login and room as objects took two thirds of the download's time.
 
 
 class MemberExportView(StaffRequiredMixin, View):
@@ -68,27 +73,24 @@ class MemberExportView(StaffRequiredMixin, View):
         export_audit(
             request=request, action="export.members", filters=export_filter(request.GET, ["q"])
         )
-        members = (
-            Member.objects.visible_to(request.user)
-            .select_related("user", "room", "public_ipv4")
-            .order_by("pk")
-        )
+        members = Member.objects.visible_to(request.user).order_by("pk")
         if query:
             members = members.filter(pk__in=_matching_member_ids(request.user, query))
         header = [
             _("Name"), _("Login"), _("E-mail"), _("Room"), _("Status"), _("Public IPv4"),
             _("Registered"), _("Checked in"), _("Test access until"), _("Ended"),
         ]  # fmt: skip
+        columns = members.values_list(
+            "user__first_name", "user__last_name", "user__username", "user__email",
+            "room__label", "status", "public_ipv4__address", "registered_at", "checked_in_at",
+            "test_access_until", "ended_at",
+        )  # fmt: skip
+        statuses = dict(MemberStatus.choices)
 
         def rows() -> Iterator[list[Any]]:
-            for m in members.iterator(chunk_size=CHUNK):
-                address = getattr(m, "public_ipv4", None)
-                yield [
-                    _name(m), m.user.get_username(), m.user.email,
-                    m.room.label if m.room_id else None, m.get_status_display(),
-                    address.address if address else None, m.registered_at, m.checked_in_at,
-                    m.test_access_until, m.ended_at,
-                ]  # fmt: skip
+            for first, last, login, email, room, status, *rest in columns.iterator(CHUNK):
+                label = statuses.get(status, status)
+                yield [_person(first, last, login), login, email, room, label, *rest]
 
         return csv_response(filename=f"members-{export_stamp()}.csv", header=header, rows=rows())
 
@@ -104,11 +106,9 @@ class DeviceExportView(StaffRequiredMixin, View):
             action="export.devices",
             filters=export_filter(request.GET, ["q", "member"]),
         )
-        devices = (
-            Device.objects.filter(member__in=Member.objects.visible_to(request.user))
-            .select_related("member__user", "member__room")
-            .order_by("member_id", "name", "pk")
-        )
+        devices = Device.objects.filter(
+            member__in=Member.objects.visible_to(request.user)
+        ).order_by("member_id", "name", "pk")
         if member.isdigit():
             devices = devices.filter(member_id=int(member))
         elif member:
@@ -119,11 +119,14 @@ class DeviceExportView(StaffRequiredMixin, View):
             _("Member"), _("Room"), _("Device"), _("MAC address"), _("IPv4 address"),
             _("IPv6 address"), _("Added"),
         ]  # fmt: skip
+        columns = devices.values_list(
+            "member__user__first_name", "member__user__last_name", "member__user__username",
+            "member__room__label", "name", "mac", "ipv4", "ipv6", "created_at",
+        )  # fmt: skip
 
         def rows() -> Iterator[list[Any]]:
-            for d in devices.iterator(chunk_size=CHUNK):
-                room = d.member.room.label if d.member.room_id else None
-                yield [_name(d.member), room, d.name, d.mac, d.ipv4, d.ipv6, d.created_at]
+            for first, last, login, *rest in columns.iterator(CHUNK):
+                yield [_person(first, last, login), *rest]
 
         return csv_response(filename=f"devices-{export_stamp()}.csv", header=header, rows=rows())
 
@@ -152,31 +155,33 @@ class LeaseExportView(StaffRequiredMixin, View):
             _("Address"), _("MAC address"), _("Host"), _("Since"), _("Until"),
             _("Registration range"), _("Device"), _("Member"),
         ]  # fmt: skip
+        columns = leases.values_list(
+            "address", "mac", "host_name", "starts", "ends", "registration"
+        )
+        yes, no = _("yes"), _("no")
+
+        def owners(macs: set[str]) -> dict[str, tuple[str, str]]:
+            found = Device.objects.filter(mac__in=macs).values_list(
+                "mac", "name", "member__user__first_name", "member__user__last_name",
+                "member__user__username",
+            )  # fmt: skip
+            return {str(mac): (name, _person(*who)) for mac, name, *who in found}
 
         def rows() -> Iterator[list[Any]]:
-            for chunk in _chunks(leases.iterator(chunk_size=CHUNK)):
-                devices = {
-                    d.mac: d
-                    for d in Device.objects.filter(
-                        mac__in={lease.mac for lease in chunk}
-                    ).select_related("member__user")
-                }
-                for lease in chunk:
-                    device = devices.get(lease.mac)
-                    yield [
-                        lease.address, lease.mac, lease.host_name, lease.starts, lease.ends,
-                        _("yes") if lease.registration else _("no"),
-                        device.name if device else None,
-                        _name(device.member) if device else None,
-                    ]  # fmt: skip
+            for chunk in _chunks(columns.iterator(CHUNK)):
+                devices = owners({str(row[1]) for row in chunk})
+                for address, mac, host, starts, ends, registration in chunk:
+                    device, owner = devices.get(str(mac), (None, None))
+                    flag = yes if registration else no
+                    yield [address, mac, host, starts, ends, flag, device, owner]
 
         return csv_response(
             filename=f"dhcp-leases-{export_stamp()}.csv", header=header, rows=rows()
         )
 
 
-def _chunks(items: Iterator[Lease]) -> Iterator[list[Lease]]:
-    chunk: list[Lease] = []
+def _chunks(items: Iterator[Any]) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
     for item in items:
         chunk.append(item)
         if len(chunk) == CHUNK:

@@ -13,6 +13,7 @@ from django.views import View
 from apps.core.csvexport import csv_response
 from apps.members.exports import CHUNK, export_audit, export_filter, export_stamp
 from apps.tickets import selectors
+from apps.tickets.choices import TicketStatus
 from apps.tickets.views import SupportRequiredMixin
 
 # The inbox's own filters (apps.tickets.selectors.ticket_list).
@@ -29,23 +30,27 @@ class TicketExportView(SupportRequiredMixin, View):
         export_audit(
             request=request, action="export.tickets", filters=export_filter(filters, FILTERS)
         )
-        tickets = selectors.ticket_list(actor=request.user, filters=filters).select_related(
-            "requester"
-        )
+        tickets = selectors.ticket_list(actor=request.user, filters=filters)
         header = [
             _("No."), _("Subject"), _("Requester"), _("E-mail"), _("Status"), _("Queue"),
             _("Assignee"), _("Incident"), _("Tags"), _("Opened"), _("Last message"), _("Solved"),
         ]  # fmt: skip
+        # Plain values, not model instances (as the office-hours downloads).
+        columns = tickets.values_list(
+            "pk", "subject", "requester__first_name", "requester__last_name", "requester_name",
+            "requester_email", "requester__email", "status", "queue__name",
+            "assignee__username", "incident_id", "incident__title", "tags", "created_at",
+            "last_message_at", "solved_at",
+        )  # fmt: skip
+        statuses = dict(TicketStatus.choices)
 
         def rows() -> Iterator[list[Any]]:
-            for t in tickets.iterator(chunk_size=CHUNK):
+            for (pk, subject, first, last, name, email, login_email, status, queue, assignee,
+                 incident, title, *rest) in columns.iterator(CHUNK):  # fmt: skip
+                requester = f"{first or ''} {last or ''}".strip() or name or email
                 yield [
-                    t.pk, t.subject, t.requester_display,
-                    t.requester_email or (t.requester.email if t.requester_id else ""),
-                    t.get_status_display(), t.queue.name if t.queue_id else None,
-                    t.assignee.get_username() if t.assignee_id else None,
-                    f"#{t.incident_id} {t.incident.title}" if t.incident_id else None,
-                    t.tags, t.created_at, t.last_message_at, t.solved_at,
+                    pk, subject, requester, email or login_email, statuses.get(status, status),
+                    queue, assignee, f"#{incident} {title}" if incident else None, *rest,
                 ]  # fmt: skip
 
         return csv_response(filename=f"tickets-{export_stamp()}.csv", header=header, rows=rows())
