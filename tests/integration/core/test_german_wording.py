@@ -47,9 +47,7 @@ def test_the_host_page_says_kompiliert_and_no_seit_vor():
         counts={}, compile_seconds=0.1, cause="blockedport.save 3 (by ada)",
     )  # fmt: skip
     host.mark_applied(version)
-    FirewallHost.objects.filter(pk=host.pk).update(
-        applied_at=timezone.now() - timedelta(minutes=6)
-    )
+    FirewallHost.objects.filter(pk=host.pk).update(applied_at=timezone.now() - timedelta(minutes=6))
     page = german(admin).get(reverse("firewall:host_detail", args=[host.name])).text
     assert "seit vor" not in page
     assert "geladen vor 6" in page
