@@ -25,12 +25,19 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import formats, timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.functional import Promise
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-__all__ = ["GENERIC_VERBS", "SENTENCES", "audit_sentence", "cause_sentences", "sentence_for"]
+__all__ = [
+    "GENERIC_VERBS",
+    "SENTENCES",
+    "audit_sentence",
+    "cause_sentences",
+    "change_rows",
+    "sentence_for",
+]
 
 
 SENTENCES: dict[str, tuple[Promise, ...]] = {
@@ -121,6 +128,23 @@ SENTENCES: dict[str, tuple[Promise, ...]] = {
     "notice.live_late": (gettext_lazy("{object} went live on the firewalls, but late"),),
     "notice.live_failed": (gettext_lazy("{object} could not be put live on the firewalls"),),
     "notice.live_off": (gettext_lazy("{object} is not in force on the firewalls"),),
+    # CSV downloads of the staff tables (apps/members/exports.py, apps/tickets/exports.py)
+    "export.members": (
+        gettext_lazy("{actor} downloaded the members as CSV, filtered by {new_filter}"),
+        gettext_lazy("{actor} downloaded all members as CSV"),
+    ),
+    "export.devices": (
+        gettext_lazy("{actor} downloaded the devices as CSV, filtered by {new_filter}"),
+        gettext_lazy("{actor} downloaded all devices as CSV"),
+    ),
+    "export.leases": (
+        gettext_lazy("{actor} downloaded the DHCP leases as CSV, filtered by {new_filter}"),
+        gettext_lazy("{actor} downloaded all DHCP leases as CSV"),
+    ),
+    "export.tickets": (
+        gettext_lazy("{actor} downloaded the tickets as CSV, filtered by {new_filter}"),
+        gettext_lazy("{actor} downloaded all tickets as CSV"),
+    ),
     "abuse.lookup": (gettext_lazy("{actor} looked up who held {object}"),),
     # Tickets and incidents
     "ticket.create": (gettext_lazy("{actor} opened the ticket {object}"),),
@@ -174,6 +198,14 @@ def _value(value: Any) -> str:
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
     return str(value)
+
+
+def _shown_value(name: str, value: Any) -> str:
+    if name.endswith("profile") and isinstance(value, str):
+        from apps.network.models import shaping_profile_label
+
+        return shaping_profile_label(value)
+    return _value(value)
 
 
 def _date_text(value: date | datetime) -> str:
@@ -242,7 +274,7 @@ def sentence_for(
     for template in _templates(action, old_status):
         names = set(re.findall(r"\{(\w+)\}", str(template)))
         try:
-            extra = {name: _value(raw[name]) for name in names - set(values)}
+            extra = {name: _shown_value(name, raw[name]) for name in names - set(values)}
         except KeyError:
             continue
         return format_html(str(template), **values, **extra)
@@ -330,13 +362,24 @@ def _cause_item(item: str, *, actor: str, members: Mapping[int, Any]) -> SafeStr
             obj = _link(_url("members:member_detail", pk), str(member))
         else:
             obj = format_html("#{}", pk)
-        kind = action.partition(".")[0].replace("_", " ")
-        return sentence_for(action, actor=actor, obj=obj, kind=kind)
+        return sentence_for(action, actor=actor, obj=obj, kind=_kind(action.partition(".")[0]))
     for pattern, template in _PLAIN:
         plain = pattern.match(item)
         if plain:
             return format_html(str(template), actor=actor, **plain.groupdict())
     return format_html("{}", item)  # free text: already words
+
+
+def _kind(prefix: str) -> str:
+    """The model a cause names (`blockedport`, `port_forward`) by its name in the reader's
+    language ("blocked port range"); words from the prefix when no model has that name."""
+    from django.apps import apps
+
+    wanted = prefix.replace("_", "")
+    for model in apps.get_models():
+        if model._meta.model_name == wanted:
+            return str(model._meta.verbose_name)
+    return prefix.replace("_", " ")
 
 
 def cause_members(causes: Iterable[str]) -> dict[int, Any]:
@@ -351,3 +394,72 @@ def cause_members(causes: Iterable[str]) -> dict[int, Any]:
     if not pks:
         return {}
     return {m.pk: m for m in Member.objects.filter(pk__in=pks).select_related("user")}
+
+
+# --- the "Changes" column -------------------------------------------------------------------
+
+# Recorded names that are no field of the entry's model (or read better otherwise).
+FIELD_LABELS: dict[str, Promise] = {
+    "detail": gettext_lazy("details"),
+    "member": gettext_lazy("member"),
+    "members": gettext_lazy("members told"),
+    "buildings": gettext_lazy("buildings"),
+    "quarantined_until": gettext_lazy("quarantined until"),
+    "result": gettext_lazy("result"),
+    "changed_at": gettext_lazy("changed at"),
+    "delay": gettext_lazy("delay"),
+    "profile": gettext_lazy("speed"),
+    "room": gettext_lazy("room"),
+    "version": gettext_lazy("version"),
+    "pinned_version": gettext_lazy("pinned version"),
+    "notice_sent_for": gettext_lazy("notice sent for the end on"),
+    "locked_until": gettext_lazy("locked until"),
+    "status": gettext_lazy("status"),
+    "note": gettext_lazy("note"),
+}
+
+
+def _model_field(model: Any, name: str) -> Any:
+    if model is None:
+        return None
+    try:
+        return model._meta.get_field(name)
+    except Exception:  # FieldDoesNotExist, or a reverse relation without a verbose name
+        return None
+
+
+def _shown(value: Any, field: Any) -> Any:
+    """A recorded value as the reader reads it: a choice by its label, yes/no for booleans."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return _("yes") if value else _("no")
+    choices = dict(getattr(field, "flatchoices", None) or ())
+    if value in choices:
+        return str(choices[value])
+    return value
+
+
+def change_rows(entry: Any) -> list[tuple[str, Any, Any]]:
+    """(label, old, new) for each recorded change of `entry`, labelled with the field's name in
+    the reader's language ("link rate", not `link_kbit`); a ticket update's detail as words."""
+    model = entry.content_type.model_class() if entry.content_type_id else None
+    rows: list[tuple[str, Any, Any]] = []
+    for name, pair in (entry.changes or {}).items():
+        old, new = pair if isinstance(pair, list | tuple) and len(pair) == 2 else (None, pair)
+        field = _model_field(model, name)
+        if name in FIELD_LABELS:
+            label = str(FIELD_LABELS[name])
+        elif field is not None and hasattr(field, "verbose_name"):
+            label = str(field.verbose_name)
+        else:
+            label = name.replace("_", " ")
+        if name == "detail" and entry.action == "ticket.update" and isinstance(new, str):
+            from apps.tickets.history import update_sentences
+
+            actor = _actor_text(entry)
+            new = format_html_join(". ", "{}", ((s,) for s in update_sentences(new, actor=actor)))
+        if name == "profile" or name.endswith("_profile"):
+            old, new = (_shown_value(name, v) if isinstance(v, str) else v for v in (old, new))
+        rows.append((label[:1].upper() + label[1:], _shown(old, field), _shown(new, field)))
+    return rows

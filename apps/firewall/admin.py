@@ -1,9 +1,13 @@
-"""Django admin for firewall hosts (read-mostly: pushes go through services)."""
+"""Django admin for firewall hosts (read-mostly: pushes go through services).
+
+Edits of sites and hosts are audited like the pages' changes; rule-set versions and the push log
+are records of what happened, so nobody adds, changes or deletes them here."""
 
 from django import forms
 from django.contrib import admin
 from django.utils.translation import gettext as _
 
+from apps.audit.admin import AuditedModelAdmin, ReadOnlyAdmin
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion, Site
 
 
@@ -31,7 +35,7 @@ class SiteForm(forms.ModelForm):
 
 
 @admin.register(Site)
-class SiteAdmin(admin.ModelAdmin):
+class SiteAdmin(AuditedModelAdmin):
     form = SiteForm
     list_display = ["name", "status", "status_at"]
     filter_horizontal = ["buildings"]
@@ -46,7 +50,7 @@ class SiteAdmin(admin.ModelAdmin):
 
 
 @admin.register(FirewallHost)
-class FirewallHostAdmin(admin.ModelAdmin):
+class FirewallHostAdmin(AuditedModelAdmin):
     list_display = [
         "name",
         "site",
@@ -84,17 +88,12 @@ class FirewallHostAdmin(admin.ModelAdmin):
 
 
 @admin.register(RuleSetVersion)
-class RuleSetVersionAdmin(admin.ModelAdmin):
+class RuleSetVersionAdmin(ReadOnlyAdmin):
     list_display = ["id", "host", "content_hash", "size_bytes", "cause", "created_at"]
     list_filter = ["host"]
-    readonly_fields = [f.name for f in RuleSetVersion._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
 
 
 @admin.register(PushLogEntry)
-class PushLogEntryAdmin(admin.ModelAdmin):
+class PushLogEntryAdmin(ReadOnlyAdmin):
     list_display = ["at", "host", "step", "ok", "seconds", "message"]
     list_filter = ["host", "step", "ok"]
-    readonly_fields = [f.name for f in PushLogEntry._meta.fields]

@@ -439,6 +439,19 @@ class Ipv6Opening(models.Model):
         return port_text(self.port_first, self.port_last)
 
 
+# The profiles the portal creates itself (migration 0004, seed_demo) read in the reader's language;
+# a profile an admin adds is shown as named.
+BUILT_IN_PROFILE_NAMES = {
+    "Test access": _("Test access"),
+    "Test access (slow)": _("Test access (slow)"),
+}
+
+
+def shaping_profile_label(name: str) -> str:
+    """A profile's name as the reader reads it ("Testzugang" for the built-in "Test access")."""
+    return str(BUILT_IN_PROFILE_NAMES.get(name, name))
+
+
 class ShapingProfile(models.Model):
     """Rates a shaped member gets (test access), in kbit/s as the compiler's Shaping takes them."""
 
@@ -467,7 +480,12 @@ class ShapingProfile(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.rates})"
+        return f"{self.label} ({self.rates})"
+
+    @property
+    def label(self) -> str:
+        """The name in the reader's language (built-in profiles are translated)."""
+        return shaping_profile_label(self.name)
 
     @classmethod
     def default(cls) -> ShapingProfile:

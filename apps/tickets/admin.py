@@ -1,18 +1,19 @@
-"""Admin: queues and canned responses are edited here; tickets and mail are read-only."""
+"""Admin: queues and canned responses are edited here (audited); tickets and mail are read-only."""
 
 from django.contrib import admin
 
+from apps.audit.admin import AuditedModelAdmin
 from apps.tickets.models import CannedResponse, InboundMail, Incident, Queue, Ticket
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(AuditedModelAdmin):
     list_display = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
 
 
 @admin.register(CannedResponse)
-class CannedResponseAdmin(admin.ModelAdmin):
+class CannedResponseAdmin(AuditedModelAdmin):
     list_display = ["title", "queue"]
     search_fields = ["title", "body"]
 

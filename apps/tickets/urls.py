@@ -1,10 +1,11 @@
 from django.urls import path
 
-from apps.tickets import views
+from apps.tickets import exports, views
 
 app_name = "tickets"
 urlpatterns = [
     path("support/tickets/", views.InboxView.as_view(), name="inbox"),
+    path("support/tickets.csv", exports.TicketExportView.as_view(), name="ticket_export"),
     path("support/tickets/<int:pk>/", views.TicketDetailView.as_view(), name="ticket_detail"),
     path("support/tickets/<int:pk>/reply/", views.TicketReplyView.as_view(), name="ticket_reply"),
     path("support/tickets/<int:pk>/note/", views.TicketNoteView.as_view(), name="ticket_note"),

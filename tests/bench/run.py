@@ -146,6 +146,25 @@ def members_search_and_dashboard() -> Iterable[Row]:
         yield (f"resident dashboard with {devices} device(s)", str(queries), "queries", "constant")
 
 
+@benchmark("CSV downloads of the staff tables (20,000 members, ~60,000 devices)")
+def csv_exports() -> Iterable[Row]:
+    """tests/bench/export_bench.py against the "Demo data" database: streamed downloads."""
+    import json
+
+    url = _bench_database_url()
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="portal.settings", DATABASE_URL=url)
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.export_bench"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    for row in json.loads(out.stdout.strip().splitlines()[-1]):
+        yield tuple(row)
+
+
 @benchmark("Firewall compile from the database (seed_demo data)")
 def firewall_compile_from_database() -> Iterable[Row]:
     """Database -> snapshot -> nft text at 1,000 to 100,000 members, vs a COPY floor; the full

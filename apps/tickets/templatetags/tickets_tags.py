@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
 
@@ -40,3 +42,27 @@ def can_support(user: Any) -> bool:
     from apps.accounts.roles import Role, has_role
 
     return has_role(user, Role.SUPPORT)
+
+
+@register.filter
+def event_text(event: Any) -> SafeString:
+    """{{ event|event_text }}: a history event as words ("Anna Meier set the status to Solved")."""
+    from apps.tickets.history import event_sentence
+
+    return event_sentence(event)
+
+
+@register.filter
+def breakable(address: str) -> SafeString:
+    """An e-mail address that wraps after the @ and before a dot, not in the middle of a word."""
+    text = str(escape(address or ""))
+    return mark_safe(text.replace("@", "@<wbr>").replace(".", "<wbr>."))  # noqa: S308 - escaped
+
+
+@register.filter
+def role_names(user: Any) -> str:
+    """The user's roles by their names in the reader's language ("Mitglied, Support")."""
+    from apps.accounts.roles import Role, user_roles
+
+    held = user_roles(user)
+    return ", ".join(str(role.label) for role in Role if role in held)

@@ -29,6 +29,7 @@ DYNAMIC = {
     "f'member.{new}'": [f"member.{status}" for status in MemberStatus.values],
     "f'notice.live_{outcome}'": [f"notice.live_{o}" for o in LiveOutcome.values],
     "f\"{name}.{('create' if created else 'change')}\"": ["policy.create", "policy.change"],
+    "f'{obj._meta.model_name}.{verb}'": ["firewallhost.create", "cannedresponse.change"],
 }
 CAUSE_HOOKS = {"network_changed_on_commit", "firewall_change_request"}
 

@@ -39,5 +39,25 @@ def test_a_server_error_page_in_german_without_a_traceback(settings):
         text = response.content.decode()
         assert "Etwas ist schiefgegangen" in text
         assert "secret detail" not in text
+        # The portal's layout (its style, name and footer) without a database or a user.
+        assert 'lang="de"' in text
+        assert "pico-2.1.1" in text
+        assert "portal.css" in text
+        assert 'class="brand"><strong>Netzportal</strong>' in text
+        assert "Netzportal des Wohnheimnetzes" in text
     finally:
         portal.urls.urlpatterns.pop()
+
+
+def test_an_expired_form_says_what_to_do_in_the_portal_layout(make_user):
+    client = Client(enforce_csrf_checks=True)
+    response = client.post(
+        "/accounts/login/", {"username": "x", "password": "y"}, HTTP_ACCEPT_LANGUAGE="de"
+    )
+    assert response.status_code == 403
+    text = response.content.decode()
+    assert "Das Formular ist abgelaufen" in text
+    assert "Nichts wurde geändert" in text
+    assert "Netzportal des Wohnheimnetzes" in text  # the portal's footer
+    english = client.post("/accounts/login/", {"username": "x"}, HTTP_ACCEPT_LANGUAGE="en")
+    assert "The form has expired" in english.content.decode()

@@ -192,3 +192,22 @@ def test_a_different_room_layout_is_refused(debug_on, monkeypatch):
     )
     with pytest.raises(CommandError, match="rooms"):
         call_command("seed_demo", members=4, seed=7)
+
+
+def test_demo_members_dates_agree_with_their_status(debug_on):
+    """A pending member's page says "registered" and "status since" on the same moment; an
+    active or test member's status began at the check-in, an ended one's at the end."""
+    from apps.members.choices import MemberStatus
+    from apps.members.models import Member
+
+    call_command("seed_demo", members=60, seed=5)
+    members = list(Member.objects.all())
+    by_status = {m.status for m in members}
+    assert {MemberStatus.PENDING, MemberStatus.ACTIVE} <= by_status
+    for m in members:
+        if m.status == MemberStatus.PENDING:
+            assert m.status_since == m.registered_at, m
+        elif m.status == MemberStatus.ENDED:
+            assert m.status_since == m.ended_at, m
+        elif m.status in (MemberStatus.ACTIVE, MemberStatus.TEST) and m.checked_in_at:
+            assert m.status_since == m.checked_in_at, m

@@ -24,6 +24,12 @@ def member():
     return member_active(user=user)
 
 
+def _short(moment) -> str:
+    from django.utils import formats, timezone
+
+    return formats.date_format(timezone.localtime(moment), "SHORT_DATE_FORMAT")
+
+
 def _page(client, support, ticket):
     client.force_login(support)
     response = client.get(reverse("tickets:ticket_detail", args=[ticket.pk]))
@@ -205,7 +211,7 @@ def test_panel_shows_forwards_with_their_live_state_and_firewall_health(client, 
     ticket = ticket_open(actor=member.user, subject="Minecraft", body="Nobody can join")
     panel = _page(client, support, ticket)
     panel = panel[panel.index('id="context-port-forwards"') :]
-    assert "tcp 25565" in panel
+    assert "TCP 25565" in panel  # the protocol by its name (TCP and UDP for both)
     assert 'data-state="pending"' in panel
     health = panel[panel.index('id="context-firewall-health"') :]
     assert "pl-nat1" in health
@@ -223,3 +229,50 @@ def test_the_open_incidents_panel_stays_short_after_an_outage(client, support, m
     assert mine.title in panel  # the member's own building first
     assert "and 3 more open incidents" in panel
     assert reverse("tickets:incident_list") in panel
+
+
+def test_panel_reads_right_for_pending_and_ended_members_and_their_hosts(client, support):
+    from apps.firewall.models import FirewallHost
+    from apps.members.services import member_end
+    from tests.factories import member_registered
+
+    FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    pending = member_registered(first_name="Pia", last_name="Neu")
+    ticket = ticket_open(actor=pending.user, subject="When?", body="Still no internet")
+    panel = _page(client, support, ticket)
+    panel = panel[panel.index('data-testid="member-context"') :]
+    dates = panel[panel.index('data-testid="context-dates"') :].split("</dd>")[0]
+    registered = _short(pending.registered_at)
+    assert registered in dates
+    assert "not checked in yet" in dates
+    assert "Member since" not in panel
+    # The host's name and its badge, no colon between them; the address wraps at @ and dots.
+    assert ">pl-nat1</a>: " not in panel
+    email = pending.user.email
+    assert email.replace("@", "@<wbr>").replace(".", "<wbr>.") in panel
+
+    ended = member_active(user=UserFactory(first_name="Ole", last_name="Alt"))
+    member_end(member=ended, actor=support, note="moved out")
+    old = ticket_open(actor=ended.user, subject="Deposit", body="Anything left?")
+    panel = _page(client, support, old)
+    dates = panel[panel.index('data-testid="context-dates"') :].split("</dd>")[0]
+    ended.refresh_from_db()
+    assert f"from {_short(ended.checked_in_at)} to {_short(ended.ended_at)}" in dates
+    assert "Member since" not in panel
+
+
+def test_staff_see_the_members_devices_not_your_devices(client, support, member):
+    from apps.members.services import member_end
+
+    client.force_login(UserFactory(username="vic", roles=["volunteer"]))
+    page = client.get(reverse("members:member_detail", args=[member.pk])).text
+    assert "your devices" not in page
+    assert "the member&#x27;s devices" in page or "the member's devices" in page
+    member_end(member=member, actor=support, note="moved out")
+    page = client.get(reverse("members:member_detail", args=[member.pk])).text
+    assert "Add one below" not in page
+    assert "No devices: the membership has ended." in page
+    # The member reads "your" on their own page.
+    client.force_login(member.user)
+    own = client.get(reverse("members:dashboard")).text
+    assert "your devices" in own

@@ -495,7 +495,7 @@ class NetworkSeeder:
                     p.user_id,
                     None if p.ended else p.room.pk,
                     p.status,
-                    p.registered + 2 * DAY,
+                    _status_since(p),
                     p.registered,
                     p.checked_in,
                     (now + dt.timedelta(days=1 + p.n % 28)).date()
@@ -658,6 +658,18 @@ SHAPING_PROFILES = [
     ("Test access", 4000, 1000, True, 80),
     ("Test access (slow)", 2000, 500, False, 20),
 ]
+
+
+def _status_since(plan: Plan) -> dt.datetime:
+    """When the demo member's status began, agreeing with the other dates on their page: a
+    pending member has been waiting since registering, an active or test one since check-in."""
+    if plan.status == MemberStatus.PENDING:
+        return plan.registered
+    if plan.ended is not None:
+        return plan.ended
+    if plan.status in (MemberStatus.ACTIVE, MemberStatus.TEST) and plan.checked_in:
+        return plan.checked_in
+    return plan.registered + 2 * DAY
 
 
 def dhcp_demo_apply(seeder: NetworkSeeder) -> None:
