@@ -30,7 +30,7 @@ import structlog
 from django.conf import settings
 
 from apps.firewall import dispatch
-from portal.redis import redis_client
+from portal.redis import redis_client, replicated_execute
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +59,15 @@ def request_key(request_id: str) -> str:
     return f"portal:firewall:request:{request_id}"
 
 
+# Taking the lock is idempotent: a retry after a failover (the first attempt's reply was lost
+# with the primary, the key reached the replica) finds its own token and keeps the lock.
+_ACQUIRE = """
+local held = redis.call('get', KEYS[1])
+if held == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+if held then return 0 end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
@@ -78,13 +87,14 @@ def site_lock(site_id: int, *, wait: float = 0, ttl: float | None = None) -> Ite
     """Hold one site's compile/rollout lock, renewed every third of its expiry while the holder
     lives; it expires by itself within `ttl` seconds if the holder dies. With `wait`, keep
     trying that many seconds: a rollout ends in about a second, so a change that arrives during
-    one starts right after it instead of at the task's next retry."""
+    one starts right after it instead of at the task's next retry. With Sentinel the lock is
+    held once a replica has it too, so a failover never hands it to a second holder."""
     client = redis_client()
     key = lock_key(site_id)
     token = secrets.token_hex(16)
     ttl_ms = int((ttl or settings.PORTAL_FIREWALL_LOCK_TTL) * 1000)
     deadline = time.monotonic() + wait
-    while not client.set(key, token, nx=True, px=ttl_ms):
+    while not _lock_take(client, key, token, ttl_ms):
         if time.monotonic() >= deadline:
             raise LockBusy
         time.sleep(LOCK_POLL)
@@ -107,6 +117,16 @@ def site_lock(site_id: int, *, wait: float = 0, ttl: float | None = None) -> Ite
         stop.set()
         renewer.join(timeout=2)
         client.eval(_RELEASE, 1, key, token)
+
+
+def _lock_take(client: redis.Redis, key: str, token: str, ttl_ms: int) -> bool:
+    """One attempt at a site lock; a taken lock is on the replicas before this returns."""
+    if client.exists(key):  # busy: poll without writing (and without waiting for replicas)
+        return False
+    with client.pipeline(transaction=False) as pipe:
+        pipe.eval(_ACQUIRE, 1, key, token, ttl_ms)
+        (taken,) = replicated_execute(pipe)
+    return bool(taken)
 
 
 def _site_ids(site_ids: Iterable[int] | None) -> list[int]:
