@@ -22,7 +22,7 @@ from typing import Any
 from kombu.transport.redis import SentinelChannel, SentinelTransport
 from kombu.utils.json import dumps
 
-from portal.redis import ReplicaWait
+from portal.redis import FailoverConnection, ReplicaWait
 
 __all__ = ["ReplicatedSentinelChannel", "ReplicatedSentinelTransport"]
 
@@ -36,6 +36,8 @@ class ReplicatedSentinelChannel(SentinelChannel):
         "wait_timeout_ms",
     )
 
+    # A publish retried after the primary died reconnects to the primary the sentinels name now.
+    connection_class = FailoverConnection
     wait_replicas = 1
     wait_timeout_ms = 500
     _replica_wait: ReplicaWait | None = None

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from portal.redisconf import RETRIES, RedisConfig
 
@@ -37,6 +37,28 @@ def _retry(config: RedisConfig) -> dict[str, Any]:
         "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
         "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
     }
+
+
+class FailoverConnection(SentinelManagedConnection):
+    """A Sentinel-managed connection that asks the sentinels again on every reconnect.
+
+    redis-py 8 reconnects a connection whose command failed (a retry) through
+    `connect_check_health()`, which goes straight to the address it had: only `connect()` asks
+    the sentinels, and that is called when a connection leaves the pool. A command in flight
+    when the primary died was therefore retried against the dead address until its retries ran
+    out, however quickly the sentinels promoted the replica (redis-py issue #3874, open).
+    """
+
+    def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        if self._sock:
+            return
+        if retry_socket_connect:  # a (re)connect of our own: where is the primary now?
+            self.connect()
+            return
+        # connect_to(): the address the sentinels just named
+        super().connect_check_health(check_health=check_health, retry_socket_connect=False)
 
 
 @cache
@@ -56,6 +78,7 @@ def redis_pool(*, decode: bool) -> redis.ConnectionPool:
             db=config.db,
             password=config.password or None,
             decode_responses=decode,
+            connection_class=FailoverConnection,
             **_TIMEOUTS,
             **_retry(config),
         )
