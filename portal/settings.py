@@ -249,6 +249,12 @@ PORTAL_HEARTBEAT_INTERVAL = env_int("PORTAL_HEARTBEAT_INTERVAL", 15)
 PORTAL_BEAT_LOCK_TIMEOUT = env_int("PORTAL_BEAT_LOCK_TIMEOUT", 25)
 if PORTAL_BEAT_LOCK_TIMEOUT < 3:
     raise ImproperlyConfigured("PORTAL_BEAT_LOCK_TIMEOUT must be at least 3 (seconds).")
+if REDIS.wait_timeout_ms > PORTAL_BEAT_LOCK_TIMEOUT * 500:
+    # A publish waiting that long for a missing replica would let beat's lock expire.
+    raise ImproperlyConfigured(
+        "REDIS_WAIT_TIMEOUT_MS must be at most half of PORTAL_BEAT_LOCK_TIMEOUT "
+        f"({PORTAL_BEAT_LOCK_TIMEOUT * 500} ms)."
+    )
 # Beat ticks (renews its lock, marks itself alive) at least this often: thrice per lock timeout.
 CELERY_BEAT_MAX_LOOP_INTERVAL = min(5, PORTAL_BEAT_LOCK_TIMEOUT // 3)
 CELERY_REDBEAT_REDIS_URL = REDIS.redbeat_url()

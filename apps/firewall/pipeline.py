@@ -145,12 +145,15 @@ def firewall_change_request(
     request_id: str | None = None,
 ) -> list[int]:
     """Record a change for each site (all sites with enabled hosts unless `site_ids`) and
-    schedule a run where none is scheduled yet; returns the sites scheduled now. `force`
+    schedule a run where none is scheduled yet (with Sentinel, once a replica holds the record);
+    returns the sites scheduled now. `force`
     schedules even where automatic runs are switched off (staff's "push now"); `request_id`
     asks each site's run to report its outcome there (`push_request_outcome`)."""
     client = redis_client()
     sites = _site_ids(site_ids)
-    pipe = client.pipeline()
+    # Not MULTI (WAIT does not wait inside it); each command stands alone, in this order, and
+    # a retry after a failover only repeats a cause (taken once: firewall_causes_take).
+    pipe = client.pipeline(transaction=False)
     for site in sites:
         pipe.rpush(causes_key(site), cause[:200])
         pipe.ltrim(causes_key(site), -200, -1)
@@ -159,7 +162,7 @@ def firewall_change_request(
         # The mark expires soon: if a scheduled run is ever lost (a purged queue, a flushed
         # broker), the next change schedules again within seconds instead of waiting for it.
         pipe.set(scheduled_key(site), str(time.time()), nx=True, ex=SCHEDULED_TTL)
-    results = pipe.execute()
+    results = replicated_execute(pipe)  # the record survives a failover once this returns
     per_site = 4 if request_id else 3
     scheduled = [site for i, site in enumerate(sites) if results[i * per_site + per_site - 1]]
     if settings.PORTAL_FIREWALL_SYNC or force:
