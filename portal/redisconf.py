@@ -177,9 +177,15 @@ def redis_config_from_env(
     raw_db = env.get("REDIS_DB", "") or "0"
     if not raw_db.isdigit() or int(raw_db) > 15:
         raise RedisConfigError(f"REDIS_DB={raw_db!r} is not a database number (0-15).")
-    wait_replicas = _number(env, "REDIS_WAIT_REPLICAS", default=1, low=0, high=16)
+    wait_replicas = _number(
+        "REDIS_WAIT_REPLICAS", env.get("REDIS_WAIT_REPLICAS", ""), default=1, low=0, high=16
+    )
     wait_timeout = _number(
-        env, "REDIS_WAIT_TIMEOUT_MS", default=WAIT_TIMEOUT_MS, low=10, high=60000
+        "REDIS_WAIT_TIMEOUT_MS",
+        env.get("REDIS_WAIT_TIMEOUT_MS", ""),
+        default=WAIT_TIMEOUT_MS,
+        low=10,
+        high=60000,
     )
     return RedisConfig(
         sentinels=sentinels,
@@ -192,8 +198,8 @@ def redis_config_from_env(
     )
 
 
-def _number(env: Mapping[str, str], name: str, *, default: int, low: int, high: int) -> int:
-    raw = env.get(name, "").strip() or str(default)
+def _number(name: str, value: str, *, default: int, low: int, high: int) -> int:
+    raw = value.strip() or str(default)
     if not raw.isdigit() or not low <= int(raw) <= high:
         raise RedisConfigError(f"{name}={raw!r} is not a whole number from {low} to {high}.")
     return int(raw)
