@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -47,25 +48,69 @@ bind_celery_task_ids()
 class PortalScheduler(RedBeatScheduler):
     """Beat's scheduler: celery-redbeat (the schedule's state and a lock in Redis, so beat runs
     on two hosts with one active), which also records that beat itself is alive (for the status
-    page). A beat waiting for the lock does not tick, so only the active one is seen alive."""
+    page). A beat waiting for the lock does not tick, so only the active one is seen alive.
+
+    redbeat talks to Redis through the portal's own client (portal.redis): the same server or
+    sentinels as everything else, each new connection asking the sentinels for the primary and
+    every command retried across a failover. (redbeat's own Sentinel client retries single
+    commands only, not the pipelines it reads the schedule with, and a failed lock renewal ended
+    beat's loop.) A tick that meets no Redis is tried again a second later; a beat that lost its
+    lock (it expired during a long failover and the other host's beat took it) goes back to
+    waiting for it instead of sending beside the new active one."""
 
     _last_beat = 0.0
 
     def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
+        from portal.redis import redis_client
+
         # celery-redbeat tells "set" from "fallen back to the broker's" by the bare names
         # (redbeat_*), which the CELERY_ namespace of Django's settings hides: name them.
         names = ("redbeat_redis_url", "redbeat_redis_options", "redbeat_key_prefix")
         app.conf.update({name: app.conf[name] for name in (*names, "redbeat_lock_timeout")})
+        app.redbeat_redis = redis_client()  # redbeat's get_redis() returns it as it is
         super().__init__(app, *args, **kwargs)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        now = time.monotonic()
-        if now - self._last_beat >= 2:
-            from apps.health.heartbeat import beat_alive_mark
+        import redis
+        import structlog
 
+        log = structlog.get_logger("portal.beat")
+        try:
+            if self.lock_key and self.lock is None:
+                self._lock_wait()  # redbeat's start-up acquire failed (no Redis then)
+            interval = super().tick(*args, **kwargs)
+        except redis.exceptions.LockError:
+            log.warning("beat.lock_lost", lock=self.lock_key)
+            self._lock_wait()
+            return 0.0
+        except redis.RedisError as exc:
+            log.warning("beat.redis_unavailable", error=str(exc))
+            return 1.0
+        self._alive_mark()
+        return interval
+
+    def _lock_wait(self) -> None:
+        """Wait until this beat holds the lock (another one may be active meanwhile)."""
+        import redis
+        from redbeat.schedulers import LUA_EXTEND_TO_SCRIPT, get_redis
+
+        client = get_redis(self.app)
+        lock = client.lock(self.lock_key, timeout=self.lock_timeout, sleep=self.max_interval)
+        lock.lua_extend = client.register_script(LUA_EXTEND_TO_SCRIPT)  # as redbeat does
+        while True:
             try:
-                beat_alive_mark()
-                self._last_beat = now
-            except Exception:
-                self._last_beat = now
-        return super().tick(*args, **kwargs)
+                lock.acquire()
+                break
+            except redis.RedisError:
+                time.sleep(1)
+        self.lock = lock
+
+    def _alive_mark(self) -> None:
+        now = time.monotonic()
+        if now - self._last_beat < 2:
+            return
+        from apps.health.heartbeat import beat_alive_mark
+
+        self._last_beat = now
+        with contextlib.suppress(Exception):  # the status page's mark never stops beat
+            beat_alive_mark()

@@ -9,6 +9,11 @@ module reads from the environment, so a failover moves all of them to the new pr
   `REDIS_SENTINEL_MASTER=<the name the sentinels monitor>`; optional `REDIS_PASSWORD` (the
   primary's and replicas' `requirepass`), `REDIS_SENTINEL_PASSWORD` (the sentinels' own) and
   `REDIS_DB` (0). REDIS_URL and CELERY_BROKER_URL must then be unset: the sentinels decide.
+- Writes that must survive a failover (a task published to the broker, a firewall site lock
+  taken) wait until `REDIS_WAIT_REPLICAS` replicas hold them (Redis `WAIT`; 1 by default with
+  Sentinel, 0 turns it off), at most `REDIS_WAIT_TIMEOUT_MS` (500). Redis replicates
+  asynchronously: without the wait, a write the primary acknowledged in its last instant is
+  missing on the replica that the sentinels promote. See docs/operations.md.
 
 No Django here: settings.py calls it while it is being read.
 """
@@ -31,6 +36,7 @@ _MASTER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 # retry that long instead of failing the request (exponential back-off up to 1 s, about 12 s in
 # all). One server has no failover to wait for: a dead Redis is reported at once.
 RETRIES = 14
+WAIT_TIMEOUT_MS = 500
 
 
 class RedisConfigError(ValueError):
@@ -48,6 +54,8 @@ class RedisConfig:
     password: str = field(default="", repr=False)
     sentinel_password: str = field(default="", repr=False)
     db: int = 0
+    wait_replicas: int = 0  # replicas that must hold a durable write before it counts as done
+    wait_timeout_ms: int = WAIT_TIMEOUT_MS
 
     @property
     def uses_sentinel(self) -> bool:
@@ -76,7 +84,18 @@ class RedisConfig:
         if self.sentinel_password:
             kwargs["password"] = self.sentinel_password
         options["sentinel_kwargs"] = kwargs
+        if self.wait_replicas:
+            # portal.broker's channel: each publish waits for the replicas (WAIT).
+            options["wait_replicas"] = self.wait_replicas
+            options["wait_timeout_ms"] = self.wait_timeout_ms
         return options
+
+    def celery_broker_transport(self) -> str | None:
+        """Kombu's transport: with Sentinel and `wait_replicas`, the portal's own (a publish
+        returns once a replica holds the task); otherwise the URL's scheme decides."""
+        if self.uses_sentinel and self.wait_replicas:
+            return "portal.broker:ReplicatedSentinelTransport"
+        return None
 
     def celery_publish_retry_policy(self) -> dict[str, float]:
         """Celery's default for one server; with Sentinel, long enough to span a failover."""
@@ -90,22 +109,15 @@ class RedisConfig:
         return {"max_retries": 30, "interval_start": 0, "interval_step": 0.25, "interval_max": 0.5}
 
     def redbeat_url(self) -> str:
-        """Where celery-redbeat keeps beat's schedule and its one-active lock."""
+        """What celery-redbeat's banner names (the client itself is portal.redis's: see
+        portal.celery.PortalScheduler)."""
         return "redis-sentinel://" if self.uses_sentinel else self.url
 
     def redbeat_options(self) -> dict[str, Any]:
-        """celery-redbeat's client options; with Sentinel it rides out a failover (retry_period)."""
-        options: dict[str, Any] = {"socket_timeout": 5, "socket_connect_timeout": 2}
-        if self.uses_sentinel:
-            options.update(
-                sentinels=list(self.sentinels),
-                service_name=self.master,
-                db=self.db,
-                password=self.password or None,
-                sentinel_kwargs=self.sentinel_kwargs(),
-                retry_period=15,
-            )
-        return options
+        """None: PortalScheduler hands redbeat the portal's own client, which follows the
+        sentinels and retries every command and pipeline across a failover (redbeat's own
+        Sentinel client retried single commands only)."""
+        return {}
 
     def sentinel_kwargs(self) -> dict[str, Any]:
         """How redis-py talks to the sentinels themselves."""
@@ -165,10 +177,29 @@ def redis_config_from_env(
     raw_db = env.get("REDIS_DB", "") or "0"
     if not raw_db.isdigit() or int(raw_db) > 15:
         raise RedisConfigError(f"REDIS_DB={raw_db!r} is not a database number (0-15).")
+    wait_replicas = _number(
+        "REDIS_WAIT_REPLICAS", env.get("REDIS_WAIT_REPLICAS", ""), default=1, low=0, high=16
+    )
+    wait_timeout = _number(
+        "REDIS_WAIT_TIMEOUT_MS",
+        env.get("REDIS_WAIT_TIMEOUT_MS", ""),
+        default=WAIT_TIMEOUT_MS,
+        low=10,
+        high=60000,
+    )
     return RedisConfig(
         sentinels=sentinels,
         master=master,
         password=env.get("REDIS_PASSWORD", ""),
         sentinel_password=env.get("REDIS_SENTINEL_PASSWORD", ""),
         db=int(raw_db),
+        wait_replicas=wait_replicas,
+        wait_timeout_ms=wait_timeout,
     )
+
+
+def _number(name: str, value: str, *, default: int, low: int, high: int) -> int:
+    raw = value.strip() or str(default)
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise RedisConfigError(f"{name}={raw!r} is not a whole number from {low} to {high}.")
+    return int(raw)

@@ -214,6 +214,8 @@ CACHES = {
 }
 
 CELERY_BROKER_URL = REDIS.celery_broker_url()
+# With Sentinel, a publish returns once a replica holds the task (portal/broker.py).
+CELERY_BROKER_TRANSPORT = REDIS.celery_broker_transport()
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": 3600,
@@ -247,6 +249,12 @@ PORTAL_HEARTBEAT_INTERVAL = env_int("PORTAL_HEARTBEAT_INTERVAL", 15)
 PORTAL_BEAT_LOCK_TIMEOUT = env_int("PORTAL_BEAT_LOCK_TIMEOUT", 25)
 if PORTAL_BEAT_LOCK_TIMEOUT < 3:
     raise ImproperlyConfigured("PORTAL_BEAT_LOCK_TIMEOUT must be at least 3 (seconds).")
+if REDIS.wait_timeout_ms > PORTAL_BEAT_LOCK_TIMEOUT * 500:
+    # A publish waiting that long for a missing replica would let beat's lock expire.
+    raise ImproperlyConfigured(
+        "REDIS_WAIT_TIMEOUT_MS must be at most half of PORTAL_BEAT_LOCK_TIMEOUT "
+        f"({PORTAL_BEAT_LOCK_TIMEOUT * 500} ms)."
+    )
 # Beat ticks (renews its lock, marks itself alive) at least this often: thrice per lock timeout.
 CELERY_BEAT_MAX_LOOP_INTERVAL = min(5, PORTAL_BEAT_LOCK_TIMEOUT // 3)
 CELERY_REDBEAT_REDIS_URL = REDIS.redbeat_url()
@@ -282,6 +290,9 @@ PORTAL_FIREWALL_DEBOUNCE = float(os.environ.get("PORTAL_FIREWALL_DEBOUNCE", "0.3
 # A site's lock expires this long after its holder died (the holder renews it every third).
 PORTAL_FIREWALL_LOCK_TTL = env_int("PORTAL_FIREWALL_LOCK_TTL", 20)
 PORTAL_FIREWALL_SYNC = env_bool("PORTAL_FIREWALL_SYNC", default=True)  # network changes -> push
+# The health beat compiles a site whose last run is older than this (seconds; 0: never), so a
+# change whose record was lost with Redis reaches the hosts anyway; unchanged hosts are skipped.
+PORTAL_FIREWALL_RECONCILE_INTERVAL = env_int("PORTAL_FIREWALL_RECONCILE_INTERVAL", 300)
 PORTAL_RULESET_HISTORY = env_int("PORTAL_RULESET_HISTORY", 50)
 PORTAL_HEALTH_CONNTRACK_MAX_RATIO = 0.8  # a push whose host is fuller than this rolls back
 PORTAL_HEALTH_CONNTRACK_WARN = 0.8

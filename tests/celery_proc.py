@@ -53,6 +53,22 @@ def celery_start(
     )
 
 
+def beat_start(
+    name: str, tmp_path: Path, env: dict[str, str], *, unset: tuple[str, ...]
+) -> subprocess.Popen[Any]:
+    """Start a beat with the portal's scheduler, logging at INFO to `tmp_path/<name>.log`."""
+    return celery_start(
+        "beat",
+        "--scheduler",
+        "portal.celery:PortalScheduler",
+        "--loglevel",
+        "INFO",
+        log=tmp_path / f"{name}.log",
+        env=env,
+        unset=unset,
+    )
+
+
 def celery_stop(proc: subprocess.Popen[Any], timeout: float = 15) -> None:
     """Stop the process group (TERM, then KILL)."""
     if proc.poll() is not None:

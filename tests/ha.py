@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,15 +41,65 @@ def proc_stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> None:
             proc.wait(timeout=5)
 
 
+class Relay:
+    """A TCP relay on loopback between the replica and the primary: the replication link.
+    `freeze()` drops what the primary sends from then on, as a congested link would hold it:
+    the replica stops receiving writes the primary has already acknowledged (on loopback the
+    replica is otherwise microseconds behind, and a failover would hardly ever lose anything)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.frozen = threading.Event()
+        self.sockets: list[socket.socket] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                up = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:
+                down.close()  # the primary is gone: the replica tries again
+                continue
+            up.settimeout(None)
+            self.sockets += [down, up]
+            threading.Thread(target=self._pump, args=(down, up, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, down, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, from_primary: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if not (from_primary and self.frozen.is_set()):
+                    dst.sendall(data)
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def freeze(self) -> None:
+        self.frozen.set()
+
+    def close(self) -> None:
+        for sock in (self.listener, *self.sockets):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
 @dataclass
 class RedisSet:
-    """A primary, a replica and three sentinels (quorum 2) that fail over after 1 s."""
+    """A primary, a replica (linked through a `Relay`) and three sentinels (quorum 2) that
+    fail over after 1 s."""
 
     root: Path
     primary_port: int = 0
     replica_port: int = 0
     sentinel_ports: list[int] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[Any]] = field(default_factory=dict)
+    relay: Relay | None = None
 
     def _server(self, name: str, *args: str) -> subprocess.Popen[Any]:
         log = open(self.root / f"{name}.log", "w")  # noqa: SIM115 - lives as long as the process
@@ -62,6 +113,7 @@ class RedisSet:
         self.primary_port, self.replica_port = free_port(), free_port()
         common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         self._server("primary", "--port", str(self.primary_port), *common)
+        self.relay = Relay(self.primary_port)
         self._server(
             "replica",
             "--port",
@@ -69,7 +121,7 @@ class RedisSet:
             *common,
             "--replicaof",
             "127.0.0.1",
-            str(self.primary_port),
+            str(self.relay.port),
         )
         replica = redis.Redis(port=self.replica_port, socket_timeout=1)
         synced = wait_until(lambda: _info(replica, "master_link_status") == "up", 15, 0.1)
@@ -81,7 +133,9 @@ class RedisSet:
                 f"port {port}\nbind 127.0.0.1\ndir {self.root}\n"
                 f"sentinel monitor {MASTER} 127.0.0.1 {self.primary_port} 2\n"
                 f"sentinel down-after-milliseconds {MASTER} 1000\n"
-                f"sentinel failover-timeout {MASTER} 10000\n"
+                # Long: the sentinels leave the replica on the relay (they "fix" a replica
+                # whose master port is not the primary's after twice this without trouble).
+                f"sentinel failover-timeout {MASTER} 60000\n"
             )
             self.sentinel_ports.append(port)
             self._server(f"sentinel{n}", str(conf), "--sentinel")
@@ -103,6 +157,11 @@ class RedisSet:
         _host, port = sentinel.sentinel_get_master_addr_by_name(MASTER)
         return int(port)
 
+    def freeze_replication(self) -> None:
+        """From now on the replica receives nothing from the primary (see `Relay`)."""
+        assert self.relay is not None
+        self.relay.freeze()
+
     def kill_primary(self) -> None:
         """SIGKILL, as a crash: no goodbye to the replica or the clients."""
         self.procs["primary"].send_signal(signal.SIGKILL)
@@ -116,6 +175,8 @@ class RedisSet:
     def stop(self) -> None:
         for proc in self.procs.values():
             proc_stop(proc, signal.SIGKILL)
+        if self.relay is not None:
+            self.relay.close()
 
 
 def _info(client: redis.Redis, key: str) -> str:

@@ -20,7 +20,10 @@ def heartbeat(self) -> None:  # type: ignore[no-untyped-def]
 @shared_task(ignore_result=True, soft_time_limit=120)
 def firewall_health_collect() -> None:
     """Collect every enabled host's health and content digest; repair drift by pushing in full
-    what the host should run (under its site's lock); converge sites whose hosts are behind."""
+    what the host should run (under its site's lock); converge sites whose hosts are behind,
+    whose changes wait without a run, or that have not compiled the database for
+    `PORTAL_FIREWALL_RECONCILE_INTERVAL` seconds (a change whose record and run were both lost
+    with Redis still reaches the hosts within that time: the database is the truth)."""
     from apps.firewall.models import FirewallHost, RuleSetVersion
     from apps.firewall.pipeline import (
         LockBusy,
@@ -54,3 +57,31 @@ def firewall_health_collect() -> None:
     if waiting:
         # Changes were recorded but their run was lost (a purged queue): run now.
         firewall_change_request(cause="pending changes (health check)", site_ids=waiting)
+    stale = sites_not_compiled_since(sites - behind - set(waiting))
+    if stale:
+        # Nothing says a change waits, but Redis may have lost its record (an outage longer
+        # than the clients' retries): compile from the database; unchanged hosts are skipped.
+        firewall_change_request(cause="reconcile (health check)", site_ids=stale)
+
+
+def sites_not_compiled_since(sites: set[int]) -> list[int]:
+    """Of `sites`, those no run compiled for `PORTAL_FIREWALL_RECONCILE_INTERVAL` seconds."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.db.models import Max
+    from django.utils import timezone
+
+    from apps.firewall.models import RuleSetVersion
+
+    interval = settings.PORTAL_FIREWALL_RECONCILE_INTERVAL
+    if not interval or not sites:
+        return []
+    cutoff = timezone.now() - timedelta(seconds=interval)
+    last = dict(
+        RuleSetVersion.objects.filter(host__site_id__in=sites, host__enabled=True)
+        .values("host__site_id")
+        .annotate(last=Max("snapshot_at"))
+        .values_list("host__site_id", "last")
+    )
+    return sorted(site for site in sites if site in last and last[site] < cutoff)

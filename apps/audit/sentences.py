@@ -331,6 +331,10 @@ _PLAIN: list[tuple[re.Pattern[str], Promise]] = [
         gettext_lazy("The health check found changes still waiting"),
     ),
     (
+        re.compile(r"^reconcile \(health check\)$"),
+        gettext_lazy("The health check compiled the rule sets from the database again"),
+    ),
+    (
         re.compile(r"^retry: host unreachable$"),
         gettext_lazy("Retried after a host was unreachable"),
     ),

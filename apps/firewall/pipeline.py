@@ -30,7 +30,7 @@ import structlog
 from django.conf import settings
 
 from apps.firewall import dispatch
-from portal.redis import redis_client
+from portal.redis import redis_client, replicated_execute
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +59,15 @@ def request_key(request_id: str) -> str:
     return f"portal:firewall:request:{request_id}"
 
 
+# Taking the lock is idempotent: a retry after a failover (the first attempt's reply was lost
+# with the primary, the key reached the replica) finds its own token and keeps the lock.
+_ACQUIRE = """
+local held = redis.call('get', KEYS[1])
+if held == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+if held then return 0 end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
@@ -78,13 +87,14 @@ def site_lock(site_id: int, *, wait: float = 0, ttl: float | None = None) -> Ite
     """Hold one site's compile/rollout lock, renewed every third of its expiry while the holder
     lives; it expires by itself within `ttl` seconds if the holder dies. With `wait`, keep
     trying that many seconds: a rollout ends in about a second, so a change that arrives during
-    one starts right after it instead of at the task's next retry."""
+    one starts right after it instead of at the task's next retry. With Sentinel the lock is
+    held once a replica has it too, so a failover never hands it to a second holder."""
     client = redis_client()
     key = lock_key(site_id)
     token = secrets.token_hex(16)
     ttl_ms = int((ttl or settings.PORTAL_FIREWALL_LOCK_TTL) * 1000)
     deadline = time.monotonic() + wait
-    while not client.set(key, token, nx=True, px=ttl_ms):
+    while not _lock_take(client, key, token, ttl_ms):
         if time.monotonic() >= deadline:
             raise LockBusy
         time.sleep(LOCK_POLL)
@@ -109,6 +119,16 @@ def site_lock(site_id: int, *, wait: float = 0, ttl: float | None = None) -> Ite
         client.eval(_RELEASE, 1, key, token)
 
 
+def _lock_take(client: redis.Redis, key: str, token: str, ttl_ms: int) -> bool:
+    """One attempt at a site lock; a taken lock is on the replicas before this returns."""
+    if client.exists(key):  # busy: poll without writing (and without waiting for replicas)
+        return False
+    with client.pipeline(transaction=False) as pipe:
+        pipe.eval(_ACQUIRE, 1, key, token, ttl_ms)
+        (taken,) = replicated_execute(pipe)
+    return bool(taken)
+
+
 def _site_ids(site_ids: Iterable[int] | None) -> list[int]:
     from apps.firewall.models import Site
 
@@ -125,12 +145,15 @@ def firewall_change_request(
     request_id: str | None = None,
 ) -> list[int]:
     """Record a change for each site (all sites with enabled hosts unless `site_ids`) and
-    schedule a run where none is scheduled yet; returns the sites scheduled now. `force`
+    schedule a run where none is scheduled yet (with Sentinel, once a replica holds the record);
+    returns the sites scheduled now. `force`
     schedules even where automatic runs are switched off (staff's "push now"); `request_id`
     asks each site's run to report its outcome there (`push_request_outcome`)."""
     client = redis_client()
     sites = _site_ids(site_ids)
-    pipe = client.pipeline()
+    # Not MULTI (WAIT does not wait inside it); each command stands alone, in this order, and
+    # a retry after a failover only repeats a cause (taken once: firewall_causes_take).
+    pipe = client.pipeline(transaction=False)
     for site in sites:
         pipe.rpush(causes_key(site), cause[:200])
         pipe.ltrim(causes_key(site), -200, -1)
@@ -139,7 +162,7 @@ def firewall_change_request(
         # The mark expires soon: if a scheduled run is ever lost (a purged queue, a flushed
         # broker), the next change schedules again within seconds instead of waiting for it.
         pipe.set(scheduled_key(site), str(time.time()), nx=True, ex=SCHEDULED_TTL)
-    results = pipe.execute()
+    results = replicated_execute(pipe)  # the record survives a failover once this returns
     per_site = 4 if request_id else 3
     scheduled = [site for i, site in enumerate(sites) if results[i * per_site + per_site - 1]]
     if settings.PORTAL_FIREWALL_SYNC or force:

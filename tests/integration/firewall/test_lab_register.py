@@ -65,22 +65,59 @@ def test_health_beat_asks_for_a_run_while_a_host_is_behind(settings, firewall_re
 
 def test_health_beat_runs_changes_whose_run_was_lost(settings, firewall_redis_clean):
     from apps.firewall.pipeline import causes_key, firewall_causes_take
-    from apps.firewall.rollout import ruleset_version_store
     from portal.redis import redis_client
     from workers.health import firewall_health_collect
 
     settings.PORTAL_FIREWALL_SSH_KEY = "/nonexistent/key"
     host = FirewallHost.objects.create(name="current", address="127.0.0.1", port=1)
+    _applied(host, "a")  # up to date: nothing is behind, yet the change must not wait
+    redis_client().rpush(causes_key(host.site_id), "device.add 1 (by resident)")  # not scheduled
+    firewall_health_collect()
+    assert "pending changes (health check)" in firewall_causes_take(host.site_id)[0]
+
+
+def test_health_beat_compiles_a_site_left_alone_too_long(settings, firewall_redis_clean):
+    """Redis lost a change's record and its run (an outage longer than the retries): nothing
+    in Redis says a change waits, yet the database does; the health beat compiles the site
+    once no run did for PORTAL_FIREWALL_RECONCILE_INTERVAL, and not before."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.firewall.models import RuleSetVersion
+    from apps.firewall.pipeline import firewall_causes_take
+    from workers.health import firewall_health_collect
+
+    settings.PORTAL_FIREWALL_SSH_KEY = "/nonexistent/key"
+    settings.PORTAL_FIREWALL_RECONCILE_INTERVAL = 300
+    host = FirewallHost.objects.create(name="quiet", address="127.0.0.1", port=1)
+    version = _applied(host, "b")
+    firewall_health_collect()
+    assert firewall_causes_take(host.site_id)[0] == []  # compiled just now: nothing to do
+
+    RuleSetVersion.objects.filter(pk=version.pk).update(
+        snapshot_at=timezone.now() - timedelta(seconds=301)
+    )
+    firewall_health_collect()
+    assert firewall_causes_take(host.site_id)[0] == ["reconcile (health check)"]
+
+    settings.PORTAL_FIREWALL_RECONCILE_INTERVAL = 0  # switched off
+    firewall_health_collect()
+    assert firewall_causes_take(host.site_id)[0] == []
+
+
+def _applied(host: FirewallHost, char: str):
+    """Store a (content-free) version for `host` and mark it applied there."""
+    from apps.firewall.rollout import ruleset_version_store
+
     version = ruleset_version_store(
         host=host,
         nft_text="",
         tc_text="",
-        content_hash="a" * 64,
+        content_hash=char * 64,
         counts={},
         compile_seconds=0,
         cause="test",
     )
-    host.mark_applied(version)  # up to date: nothing is behind, yet the change must not wait
-    redis_client().rpush(causes_key(host.site_id), "device.add 1 (by resident)")  # not scheduled
-    firewall_health_collect()
-    assert "pending changes (health check)" in firewall_causes_take(host.site_id)[0]
+    host.mark_applied(version)
+    return version

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from apps.firewall.pipeline import lock_key
+from apps.firewall.pipeline import _ACQUIRE, _lock_take, lock_key
 from portal.redis import redis_client
 from tests.celery_proc import wait_until
 
@@ -58,3 +58,18 @@ def test_a_killed_holder_frees_the_site_within_its_expiry(firewall_redis_clean):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         proc.stdout.close()
+
+
+def test_taking_the_lock_again_with_its_own_token_keeps_it(firewall_redis_clean):
+    """A retry after a failover (the first reply lost with the primary, the key already on the
+    replica) finds its own token: the holder keeps its lock instead of waiting for itself."""
+    client = redis_client()
+    key = lock_key(SITE)
+    assert _lock_take(client, key, "mine", 5000)
+    client.pexpire(key, 1000)
+    with client.pipeline(transaction=False) as pipe:  # the retried attempt, past the busy check
+        pipe.eval(_ACQUIRE, 1, key, "mine", 5000)
+        assert pipe.execute() == [1]
+    assert client.pttl(key) > 4000  # renewed to the full expiry
+    assert not _lock_take(client, key, "theirs", 5000)
+    assert client.get(key) == "mine"

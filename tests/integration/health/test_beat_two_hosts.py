@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import redis
 
-from tests.celery_proc import celery_start, celery_stop, wait_until
+from tests.celery_proc import beat_start, celery_stop, wait_until
 from tests.ha import proc_stop
 
 LOCK_TIMEOUT = 3  # seconds; beat then ticks every second
@@ -67,16 +67,7 @@ class Queue:
 
 
 def _beat(name: str, tmp_path, env) -> subprocess.Popen:
-    return celery_start(
-        "beat",
-        "--scheduler",
-        "portal.celery:PortalScheduler",
-        "--loglevel",
-        "INFO",
-        log=tmp_path / f"{name}.log",
-        env=env,
-        unset=("REDIS_SENTINELS", "REDIS_SENTINEL_MASTER"),
-    )
+    return beat_start(name, tmp_path, env, unset=("REDIS_SENTINELS", "REDIS_SENTINEL_MASTER"))
 
 
 def test_two_beats_one_sends_and_the_other_takes_over_after_a_kill(tmp_path):
