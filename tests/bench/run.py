@@ -577,6 +577,14 @@ def tickets_mail_and_status() -> Iterable[Row]:
     yield from _scratch_run("tests.bench.tickets_bench", name="tickets")
 
 
+@benchmark(
+    "Sign-in: server time of a login POST (password hasher, lockout, second factor, session)"
+)
+def login_post() -> Iterable[Row]:
+    """tests/bench/login_bench.py in a scratch database (test client, full middleware stack)."""
+    yield from _scratch_run("tests.bench.login_bench", name="login")
+
+
 @benchmark("Room import: import_rooms with 100,000 rooms")
 def rooms_import_file() -> Iterable[Row]:
     """tests/bench/rooms_import_bench.py in a scratch database (the command in a subprocess)."""
