@@ -112,6 +112,28 @@ def main() -> None:
         )
     )
 
+    # The same logins with Django's default PBKDF2 as the first hasher (the portal before
+    # Argon2), side by side on the same loaded machine.
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.PBKDF2PasswordHasher"]):
+        for user in users:
+            User.objects.filter(pk=user.pk).update(password=make_password(PASSWORD))
+        times = []
+        for user in users:
+            took, status = login(user.username, PASSWORD)
+            assert status == 302, status
+            times.append(took)
+    rows.append(
+        (
+            f"... the same logins with PBKDF2 as the first hasher, as before (p50 "
+            f"{statistics.median(times):.0f} ms)",
+            f"{_p95(times):.0f}",
+            "ms p95",
+            "",
+        )
+    )
+
     # A stored PBKDF2 hash (every account before this change): checked, then upgraded.
     for user in users:
         User.objects.filter(pk=user.pk).update(
