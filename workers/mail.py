@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import imaplib
 import logging
+import queue
+import threading
 from typing import Any
 
 from celery import shared_task
@@ -20,12 +22,20 @@ log = logging.getLogger(__name__)
 class TicketMailHandler:
     """aiosmtpd handler: every accepted mail becomes an InboundMail row, then a ticket message.
 
-    `close_connections` closes the worker thread's database connection after every mail (tests,
-    which drop their database afterwards); the listener process keeps them (CONN_MAX_AGE).
+    Mails are stored by one thread in batches (_MailStore): during an outage burst the mails
+    that arrived while the previous batch was being stored commit together, so 250 still comes
+    only after the commit, at a fraction of the cost per mail. `close_connections` closes that
+    thread's database connection after every batch (tests, which drop their database
+    afterwards); the listener process keeps it (CONN_MAX_AGE).
     """
 
-    def __init__(self, *, close_connections: bool = False) -> None:
+    def __init__(
+        self, *, close_connections: bool = False, max_batch: int = 50, threads: int = 2
+    ) -> None:
         self.close_connections = close_connections
+        self.store = _MailStore(
+            close_connections=close_connections, max_batch=max_batch, threads=threads
+        )
 
     async def handle_RCPT(
         self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]
@@ -38,23 +48,80 @@ class TicketMailHandler:
         if isinstance(raw, str):
             raw = raw.encode("utf-8", "surrogateescape")
         try:
-            await asyncio.to_thread(
-                _receive, raw, envelope.mail_from, list(envelope.rcpt_tos), self.close_connections
-            )
+            await self.store.store(raw, envelope.mail_from, list(envelope.rcpt_tos))
         except Exception:
             log.exception("could not store an incoming mail; asking the sender to retry")
             return "451 4.3.0 Temporary failure, please retry"
         return "250 2.0.0 Message accepted"
 
 
-def _receive(raw: bytes, mail_from: str | None, rcpt_tos: list[str], close: bool) -> None:
+class _MailStore:
+    """Threads that store received mail: each takes every mail waiting (up to `max_batch`) and
+    hands them to mail_receive_batch(), one transaction, then answers each waiting SMTP session
+    with its own outcome. A single mail waits for nothing: it is a batch of one. Two threads
+    keep one batch's database round trips overlapping with the next batch's parsing."""
+
+    def __init__(self, *, close_connections: bool, max_batch: int, threads: int) -> None:
+        self.close_connections = close_connections
+        self.max_batch = max_batch
+        self.size = threads
+        self.waiting: queue.SimpleQueue[tuple[Any, asyncio.AbstractEventLoop, asyncio.Future[None]]]
+        self.waiting = queue.SimpleQueue()
+        self.threads: list[threading.Thread] = []
+        self.lock = threading.Lock()
+
+    async def store(self, raw: bytes, mail_from: str | None, rcpt_tos: list[str]) -> None:
+        """Store one mail; returns once it is committed, raises when it could not be stored."""
+        from apps.tickets.services import ReceivedMail
+
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self.waiting.put((ReceivedMail(raw, mail_from, rcpt_tos), loop, done))
+        with self.lock:
+            self.threads = [t for t in self.threads if t.is_alive()]
+            while len(self.threads) < self.size:
+                thread = threading.Thread(target=self._run, name="mail-store", daemon=True)
+                thread.start()
+                self.threads.append(thread)
+        await done
+
+    def _run(self) -> None:
+        while True:
+            batch = [self.waiting.get()]
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self.waiting.get_nowait())
+                except queue.Empty:
+                    break
+            outcomes = _receive_batch(
+                [mail for mail, _loop, _done in batch], self.close_connections
+            )
+            for (_mail, loop, done), outcome in zip(batch, outcomes, strict=True):
+                loop.call_soon_threadsafe(_settle, done, outcome)
+
+
+def _settle(done: asyncio.Future[None], outcome: object) -> None:
+    if done.cancelled():
+        return
+    if isinstance(outcome, BaseException):
+        done.set_exception(outcome)
+    else:
+        done.set_result(None)
+
+
+def _receive_batch(mails: list[Any], close: bool) -> list[object]:
+    """mail_receive_batch() with Django's connection handling around it, as around a request;
+    a failed commit is every mail's outcome."""
     from django.db import close_old_connections, connection
 
-    from apps.tickets.services import mail_receive
+    from apps.tickets import services
 
-    close_old_connections()  # as Django does around a request: drop broken or expired ones
+    close_old_connections()  # drop broken or expired connections
     try:
-        mail_receive(raw=raw, envelope_from=mail_from or "", envelope_to=rcpt_tos)
+        return list(services.mail_receive_batch(mails))
+    except Exception as exc:
+        log.exception("a batch of %d incoming mail(s) could not be committed", len(mails))
+        return [exc] * len(mails)
     finally:
         if close:
             connection.close()
@@ -63,14 +130,21 @@ def _receive(raw: bytes, mail_from: str | None, rcpt_tos: list[str], close: bool
 
 
 def smtp_controller(
-    host: str | None = None, port: int | None = None, *, close_connections: bool = False
+    host: str | None = None,
+    port: int | None = None,
+    *,
+    close_connections: bool = False,
+    max_batch: int = 50,
+    threads: int = 2,
 ) -> Any:
     """An aiosmtpd Controller for the ticket handler (not started)."""
     from aiosmtpd.controller import Controller
     from django.conf import settings
 
     return Controller(
-        TicketMailHandler(close_connections=close_connections),
+        TicketMailHandler(
+            close_connections=close_connections, max_batch=max_batch, threads=threads
+        ),
         hostname=host or settings.PORTAL_SMTP_HOST,
         port=port if port is not None else settings.PORTAL_SMTP_PORT,
         data_size_limit=settings.PORTAL_MAIL_MAX_BYTES,

@@ -1,4 +1,4 @@
-"""Office-hours search and resident dashboard, measured in a database seeded with 20,000 members.
+"""Office-hours search and resident dashboard, measured in a database seeded by seed_demo.
 
 Run by tests/bench/run.py in a subprocess with DATABASE_URL set; prints one JSON object.
 """
@@ -56,6 +56,26 @@ def main() -> None:
         "device IPv6": [d.ipv6 for d in devices],
         "other IPv6 in a room's /64": [privacy(d) for d in devices],
         "room (A-101)": [m.room.label for m in members],
+        "room typed as a101": [m.room.label.replace("-", "").lower() for m in members],
+        "part of a MAC (last three bytes, dd:ee:ff)": [d.mac[-8:] for d in devices],
+        "part of a MAC (six hex digits, ddeeff)": [d.mac.replace(":", "")[-6:] for d in devices],
+        "start of a device IPv4 (three octets and a dot)": [
+            d.ipv4.rsplit(".", 1)[0] + "." for d in devices
+        ],
+        "start of a public IPv4 (198.18.x)": [p.address.rsplit(".", 2)[0] for p in publics],
+        "IPv6 prefix as typed (first four groups and a colon)": [
+            ":".join(
+                ipaddress.IPv6Network(d.member.room.ipv6_prefix).network_address.exploded.split(
+                    ":"
+                )[:4]
+            )
+            + ":"
+            for d in devices
+        ],
+        "IPv6 /56 prefix": [
+            str(ipaddress.IPv6Network(d.member.room.ipv6_prefix).supernet(new_prefix=56))
+            for d in devices
+        ],
         "last name": [m.user.last_name for m in members],
         "first + last name": [f"{m.user.first_name} {m.user.last_name}" for m in members],
         "part of a name (4 letters)": [m.user.last_name[:4].lower() for m in members],

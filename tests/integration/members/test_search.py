@@ -87,3 +87,66 @@ def test_empty_queue_says_so(client_for):
         "Nobody is waiting"
         in client_for("volunteer").get(reverse("members:office_hours")).content.decode()
     )
+
+
+def test_parts_of_rooms_macs_and_addresses_find_the_member_and_say_what_matched(volunteer, target):
+    member, device = target
+    label = member.room.label  # e.g. "A-101"
+    prefix = ipaddress.IPv6Network(member.room.ipv6_prefix)
+    groups = prefix.network_address.exploded.split(":")[:4]
+    cases = {
+        label.replace("-", "").lower(): f"room {label}",  # "a101"
+        label.replace("-", " "): f"room {label}",  # "A 101"
+        "00:11:22": f"MAC of device {device.name} (aa:bb:cc:00:11:22)",
+        "cc-00-11": f"MAC of device {device.name} (aa:bb:cc:00:11:22)",
+        "cc0011": f"MAC of device {device.name} (aa:bb:cc:00:11:22)",
+        device.ipv4[:-1]: f"IPv4 of device {device.name} ({device.ipv4})",
+        member.public_ipv4.address.rsplit(".", 1)[0] + ".": (
+            f"public IPv4 ({member.public_ipv4.address})"
+        ),
+        ":".join(groups) + ":": f"room {label}'s /64 in this prefix",
+        str(prefix): f"room {label}'s /64 in this prefix",
+        "okafor": "name",
+        "fatima.okafor@": "e-mail address",
+        device.mac: f"MAC of device {device.name}",
+    }
+    for query, matched in cases.items():
+        found = member_search(actor=volunteer, query=query)
+        assert member.pk in [m.pk for m in found], query
+        assert next(m for m in found if m.pk == member.pk).search_match == matched, query
+
+
+def test_a_word_that_is_also_hex_finds_people_first_then_macs(volunteer):
+    cafe = member_active(user=UserFactory(last_name="Cafe", roles=["member"]))
+    owner = member_active()
+    device_add(owner, mac="02:00:00:ca:fe:01")
+    found = member_search(actor=volunteer, query="cafe")
+    assert [m.pk for m in found] == [cafe.pk, owner.pk]
+    assert [m.search_match for m in found] == [
+        "name",
+        f"MAC of device {owner.devices.get().name} (02:00:00:ca:fe:01)",
+    ]
+
+
+def test_fragments_that_match_nothing_find_nobody(volunteer, target):
+    for query in ("ff:ee:dd", "10.254.", "2001:db8:ffff:ffff:", "z999"):
+        assert member_search(actor=volunteer, query=query) == [], query
+
+
+def test_the_results_table_shows_what_matched(client, volunteer, target):
+    _member, device = target
+    client.force_login(volunteer)
+    page = client.get(reverse("members:office_hours"), {"q": "00:11:22"}).content.decode()
+    assert f"Found by MAC of device {device.name} (aa:bb:cc:00:11:22)" in page
+    client.cookies.load({"django_language": "de"})
+    page = client.get(
+        reverse("members:office_hours"), {"q": "00:11:22"}, HTTP_ACCEPT_LANGUAGE="de"
+    ).content.decode()
+    assert f"Gefunden über MAC von Gerät {device.name} (aa:bb:cc:00:11:22)" in page
+
+
+def test_bytes_typed_with_separators_match_only_whole_bytes(volunteer):
+    owner = member_active()
+    device_add(owner, mac="02:00:00:66:f0:01")  # hex 02000066f001 holds "066f0" across bytes
+    assert member_search(actor=volunteer, query="06:6f:00") == []
+    assert [m.pk for m in member_search(actor=volunteer, query="66:f0:01")] == [owner.pk]
