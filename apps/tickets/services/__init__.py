@@ -9,10 +9,12 @@ from apps.tickets.services.helpers import (
     queue_default,
 )
 from apps.tickets.services.inbound import (
+    ReceivedMail,
     inbound_dismiss,
     inbound_process,
     mail_ingest,
     mail_receive,
+    mail_receive_batch,
     ticket_sender_confirm,
 )
 from apps.tickets.services.incidents import (
@@ -41,6 +43,7 @@ from apps.tickets.services.tickets import (
 __all__ = [
     "BULK_ACTIONS",
     "MassReplyPreview",
+    "ReceivedMail",
     "TicketError",
     "broadcast_send",
     "greeting",
@@ -55,6 +58,7 @@ __all__ = [
     "incident_update_post",
     "mail_ingest",
     "mail_receive",
+    "mail_receive_batch",
     "mass_reply_languages",
     "mass_reply_text",
     "message_email",

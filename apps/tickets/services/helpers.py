@@ -52,8 +52,15 @@ def _audit(
 
 
 def queue_default() -> Queue:
-    """The queue new tickets land in."""
+    """The queue new tickets land in (looked up once per batch of received mail)."""
+    from apps.tickets.services.inbound import _MAIL_BATCH  # the batch lives with the inbound code
+
+    batch = _MAIL_BATCH.get()
+    if batch is not None and batch.queue is not None:
+        return batch.queue
     queue, _created = Queue.objects.get_or_create(slug="support", defaults={"name": "Support"})
+    if batch is not None:
+        batch.queue = queue
     return queue
 
 

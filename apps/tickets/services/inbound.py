@@ -4,21 +4,24 @@ acknowledge it; staff dismiss mails and confirm unverified senders."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps as django_apps
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import DatabaseError, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone, translation
 from django.utils.crypto import constant_time_compare
 from django.utils.translation import gettext as _
 
 from apps.tickets.choices import InboundStatus, MessageKind, TicketChannel, TicketStatus
 from apps.tickets.mailparse import MailParseError, ParsedMail, parse_mail
-from apps.tickets.models import Attachment, InboundMail, Incident, Message, Ticket
+from apps.tickets.models import Attachment, InboundMail, Incident, Message, Queue, Ticket
 from apps.tickets.selectors import user_for_email
 from apps.tickets.services.helpers import (
     SUBJECT_TAG,
@@ -37,6 +40,143 @@ if TYPE_CHECKING:
 log = logging.getLogger("apps.tickets.services")  # the name it logged under before the split
 
 
+@dataclass(frozen=True)
+class ReceivedMail:
+    """One mail as a listener hands it over (mail_receive_batch)."""
+
+    raw: bytes
+    envelope_from: str | None
+    envelope_to: Sequence[str] = ()
+    source: str = "smtp"
+
+
+@dataclass
+class _MailBatch:
+    """Lookups shared by the mails of one mail_receive_batch(): every mail of an outage burst
+    asks the same questions (which queue, which incidents are current, is this Message-ID
+    stored, whose address is this), so each is asked once for the batch instead of per mail.
+    Anything not looked up in advance is asked as for a single mail."""
+
+    parsed: dict[tuple[bytes, str | None], ParsedMail | MailParseError] = field(
+        default_factory=dict
+    )
+    queue: Queue | None = None
+    inbound: dict[str, Message | None] = field(default_factory=dict)
+    users: dict[str, Any | None] = field(default_factory=dict)
+    buildings: dict[int, int | None] = field(default_factory=dict)
+    incidents: list[tuple[Incident, frozenset[int]]] | None = None
+
+
+_MAIL_BATCH: ContextVar[_MailBatch | None] = ContextVar("tickets_mail_batch", default=None)
+
+
+def _envelope_sender(envelope_from: str | None) -> str:
+    return (envelope_from or "")[:320]
+
+
+def _parse(raw: bytes, envelope_from: str | None) -> ParsedMail:
+    """parse_mail(), or its result from the batch's parse ahead of the transaction."""
+    batch = _MAIL_BATCH.get()
+    found = batch.parsed.get((raw, envelope_from)) if batch is not None else None
+    if isinstance(found, MailParseError):
+        raise found
+    if found is not None:
+        return found
+    return parse_mail(
+        raw,
+        envelope_from=envelope_from,
+        trusted_authserv_ids=settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS,
+    )
+
+
+def _batch_prepare(mails: Sequence[ReceivedMail]) -> _MailBatch:
+    """Parse every mail (outside any transaction) and look up, in a few queries, what their
+    ingest will ask: stored Message-IDs, senders' logins and buildings, current incidents."""
+    batch = _MailBatch()
+    for mail in mails:
+        sender = _envelope_sender(mail.envelope_from) if mail.source == "smtp" else None
+        try:
+            batch.parsed[(mail.raw, sender)] = parse_mail(
+                mail.raw,
+                envelope_from=sender,
+                trusted_authserv_ids=settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS,
+            )
+        except MailParseError as exc:
+            batch.parsed[(mail.raw, sender)] = exc
+        except Exception:  # noqa: S112 (parsed again, and quarantined, by inbound_process)
+            continue
+    good = [p for p in batch.parsed.values() if isinstance(p, ParsedMail)]
+    ids = {p.message_id for p in good if p.message_id}
+    batch.inbound = dict.fromkeys(ids)
+    for message in Message.objects.filter(message_id__in=ids, kind=MessageKind.INBOUND):
+        if batch.inbound[message.message_id] is None:
+            batch.inbound[message.message_id] = message
+    # Senders: ASCII addresses only, where Python's and PostgreSQL's upper() agree.
+    addresses = {p.from_email.upper() for p in good if p.from_email and p.from_email.isascii()}
+    if addresses:
+        batch.users = dict.fromkeys(addresses)
+        owners: dict[str, list[Any]] = {}
+        condition = Q()
+        for address in addresses:
+            condition |= Q(email__iexact=address)
+        for user in get_user_model().objects.filter(condition, is_active=True):
+            owners.setdefault(user.email.upper(), []).append(user)
+        for address, users in owners.items():
+            if address in batch.users:
+                batch.users[address] = users[0] if len(users) == 1 else None
+        found = [u.pk for u in batch.users.values() if u is not None]
+        batch.buildings = dict.fromkeys(found)
+        batch.buildings.update(
+            django_apps.get_model("members", "Member")
+            .objects.filter(user_id__in=found, room__isnull=False)
+            .values_list("user_id", "room__building_id")
+        )
+    batch.incidents = [
+        (incident, frozenset(b.pk for b in incident.buildings.all()))
+        for incident in Incident.objects.current()
+        .order_by("-started_at")
+        .prefetch_related("buildings")
+    ]
+    return batch
+
+
+def mail_receive_batch(mails: Sequence[ReceivedMail]) -> list[InboundMail | Exception]:
+    """Store and ingest several received mails in one transaction (the SMTP listener during a
+    burst): each mail exactly as mail_receive() does it, in its own savepoint, with the lookups
+    every mail makes asked once for the batch (_MailBatch). One outcome per mail, in order: its
+    InboundMail, or the exception that kept it from being stored (its sender must retry). When
+    the commit itself fails, it raises and no mail of the batch is stored."""
+    batch = _batch_prepare(mails)
+    outcomes: list[InboundMail | Exception] = []
+    token = _MAIL_BATCH.set(batch)
+    try:
+        with transaction.atomic():
+            # Outside the mails' savepoints: a queue created here is never rolled back with one.
+            batch.queue = queue_default()
+            for mail in mails:
+                try:
+                    inbound = mail_receive(
+                        raw=mail.raw,
+                        envelope_from=mail.envelope_from,
+                        envelope_to=mail.envelope_to,
+                        source=mail.source,
+                    )
+                except Exception as exc:
+                    log.exception("could not store an incoming mail")
+                    outcomes.append(exc)
+                    continue
+                message = inbound.message
+                if message is not None and message.message_id:
+                    # A repeat of this mail later in the batch is a duplicate of this message.
+                    batch.inbound[message.message_id] = (
+                        batch.inbound.get(message.message_id) or message
+                    )
+                outcomes.append(inbound)
+    finally:
+        _MAIL_BATCH.reset(token)
+    return outcomes
+
+
 def mail_receive(
     *, raw: bytes, envelope_from: str | None, envelope_to: Iterable[str] = (), source: str = "smtp"
 ) -> InboundMail:
@@ -51,7 +191,7 @@ def mail_receive(
             raw=raw,
             size=len(raw),
             source=source,
-            envelope_from=(envelope_from or "")[:320],
+            envelope_from=_envelope_sender(envelope_from),
             envelope_to=", ".join(envelope_to)[:2000],
         )
         inbound_process(inbound=inbound)
@@ -62,11 +202,7 @@ def inbound_process(*, inbound: InboundMail) -> InboundMail:
     """Parse and ingest one stored mail; broken mail is quarantined, never lost."""
     envelope_from = inbound.envelope_from if inbound.source == "smtp" else None
     try:
-        parsed = parse_mail(
-            bytes(inbound.raw),
-            envelope_from=envelope_from,
-            trusted_authserv_ids=settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS,
-        )
+        parsed = _parse(bytes(inbound.raw), envelope_from)
         with transaction.atomic():
             message, duplicate = mail_ingest(parsed=parsed)
             inbound.status = InboundStatus.DUPLICATE if duplicate else InboundStatus.PROCESSED
@@ -133,7 +269,12 @@ def _new_ticket_requester(parsed: ParsedMail) -> tuple[Any | None, bool]:
     """(the user a new mail ticket belongs to, whether its sender is unverified): mail from a
     member's address is theirs only when a trusted server vouched for the address; otherwise
     the ticket stays unlinked, marked, until staff confirm."""
-    user = user_for_email(parsed.from_email)
+    batch = _MAIL_BATCH.get()
+    key = parsed.from_email.upper()
+    if batch is not None and key in batch.users:
+        user = batch.users[key]
+    else:
+        user = user_for_email(parsed.from_email)
     if user is None or parsed.sender_authenticated:
         return user, False
     return None, True
@@ -142,9 +283,13 @@ def _new_ticket_requester(parsed: ParsedMail) -> tuple[Any | None, bool]:
 def mail_ingest(*, parsed: ParsedMail) -> tuple[Message, bool]:
     """Add a parsed mail to its ticket or open a new one; returns (message, was_duplicate)."""
     if parsed.message_id:
-        existing = Message.objects.filter(
-            message_id=parsed.message_id, kind=MessageKind.INBOUND
-        ).first()
+        batch = _MAIL_BATCH.get()
+        if batch is not None and parsed.message_id in batch.inbound:
+            existing = batch.inbound[parsed.message_id]
+        else:
+            existing = Message.objects.filter(
+                message_id=parsed.message_id, kind=MessageKind.INBOUND
+            ).first()
         if existing is not None:
             return existing, True
     ticket = _ticket_for_reply(parsed)
@@ -257,14 +402,22 @@ def _acknowledge(ticket: Ticket) -> Message | None:
     return message
 
 
-def _incident_autolink(ticket: Ticket, text: str) -> Incident | None:
-    """Link a new ticket to the newest current incident that affects the requester's building
-    or whose keywords it mentions."""
+def _current_incidents(requester_id: int | None) -> list[tuple[Incident, bool]]:
+    """Current incidents, newest first, each with whether it affects the requester's building
+    (from the mail batch when there is one)."""
+    batch = _MAIL_BATCH.get()
+    if (
+        batch is not None
+        and batch.incidents is not None
+        and (requester_id is None or requester_id in batch.buildings)
+    ):
+        building = batch.buildings.get(requester_id) if requester_id else None
+        return [(i, building is not None and building in b) for i, b in batch.incidents]
     building_id = None
-    if ticket.requester_id:
+    if requester_id:
         building_id = (
             django_apps.get_model("members", "Member")
-            .objects.filter(user_id=ticket.requester_id, room__isnull=False)
+            .objects.filter(user_id=requester_id, room__isnull=False)
             .values_list("room__building_id", flat=True)
             .first()
         )
@@ -277,9 +430,15 @@ def _incident_autolink(ticket: Ticket, text: str) -> Incident | None:
                 )
             )
         )
-    for incident in incidents:
+    return [(i, getattr(i, "in_building", False)) for i in incidents]
+
+
+def _incident_autolink(ticket: Ticket, text: str) -> Incident | None:
+    """Link a new ticket to the newest current incident that affects the requester's building
+    or whose keywords it mentions."""
+    for incident, in_building in _current_incidents(ticket.requester_id):
         reason = ""
-        if getattr(incident, "in_building", False):
+        if in_building:
             reason = "building"
         elif incident.matches(text):
             reason = "keywords"

@@ -264,7 +264,7 @@ def test_listener_refuses_with_451_when_the_mail_cannot_be_stored(listener, monk
     def fail(**kwargs):
         raise RuntimeError("database gone")
 
-    monkeypatch.setattr(services, "mail_receive", fail)
+    monkeypatch.setattr(services.inbound, "mail_receive", fail)  # what the listener's batch calls
     with (
         smtplib.SMTP("127.0.0.1", listener.port, timeout=10) as smtp,
         pytest.raises(smtplib.SMTPDataError) as info,

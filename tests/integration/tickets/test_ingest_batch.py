@@ -89,7 +89,7 @@ def test_a_mail_that_cannot_be_stored_fails_alone(settings, monkeypatch):
             raise RuntimeError("disk full")
         return real(**kwargs)
 
-    monkeypatch.setattr(services, "mail_receive", failing_for_one)
+    monkeypatch.setattr(services.inbound, "mail_receive", failing_for_one)  # the batch's call
     outcomes = mail_receive_batch(
         [
             received(make_mail(subject="before", sender="a@example.org")),
