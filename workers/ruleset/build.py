@@ -677,8 +677,11 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 *syn_untracked,
                 # The network's own resolvers: DNS between them and the members bypasses
                 # conntrack both ways (its entries would cost more than the answers).
-                f"iifname {mem} ip daddr @dns4 meta l4proto {{ tcp, udp }} th dport 53 notrack",
-                f"iifname {up} ip saddr @dns4 meta l4proto {{ tcp, udp }} th sport 53 notrack",
+                # The port before the lookup: every other packet passes with two comparisons.
+                f"iifname {mem} udp dport 53 ip daddr @dns4 notrack",
+                f"iifname {mem} tcp dport 53 ip daddr @dns4 notrack",
+                f"iifname {up} udp sport 53 ip saddr @dns4 notrack",
+                f"iifname {up} tcp sport 53 ip saddr @dns4 notrack",
             ),
             "filter",
             "prerouting",
