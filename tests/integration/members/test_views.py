@@ -52,6 +52,9 @@ def test_dashboard_query_count_does_not_grow_with_devices(
         client.get(reverse("members:dashboard"))
     for _ in range(4):
         device_add(member)
+    # Warm again, as before the first count: the device changes drop cached state (live
+    # state, snapshot), and a cold cache costs a query whatever the number of devices.
+    client.get(reverse("members:dashboard"))
     with CaptureQueriesContext(connection) as five:
         client.get(reverse("members:dashboard"))
     assert len(one) == len(five)
