@@ -4,8 +4,10 @@ from django.contrib import admin
 from django.core.exceptions import FieldDoesNotExist
 from django.db import transaction
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
 
 from apps.audit.models import AuditEntry
+from apps.audit.sentences import audit_sentence
 from apps.audit.services import audit_changes, audit_record
 
 
@@ -95,7 +97,14 @@ class AuditedModelAdmin(admin.ModelAdmin):
 class AuditEntryAdmin(ReadOnlyAdmin):
     """The whole trail, read-only."""
 
-    list_display = ["at", "actor_name", "action", "object_repr"]
+    list_display = ["at", "what_happened", "action"]
     list_filter = ["action"]
     search_fields = ["object_repr", "actor_name", "action"]
     date_hierarchy = "at"
+    list_select_related = ["content_type"]
+
+    @admin.display(description=_("what happened"))
+    def what_happened(self, entry: AuditEntry) -> str:
+        """The entry as the portal's pages say it, in the reader's language (the raw action
+        stays in its own column for filtering)."""
+        return audit_sentence(entry)

@@ -119,3 +119,15 @@ def test_versions_and_the_push_log_cannot_be_added_changed_or_deleted(admin_clie
         assert admin_client_.post(change_url, {}).status_code == 403
     assert RuleSetVersion.objects.filter(pk=version.pk).exists()
     assert PushLogEntry.objects.filter(pk=entry.pk).exists()
+
+
+def test_the_admins_audit_list_reads_as_sentences_in_the_readers_language(admin_client_):
+    host = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11", link_kbit=1000)
+    url = reverse("admin:firewall_firewallhost_change", args=[host.pk])
+    admin_client_.post(url, _form_data(admin_client_, host, link_kbit=2000))
+    listing = reverse("admin:audit_auditentry_changelist")
+    english = admin_client_.get(listing, HTTP_ACCEPT_LANGUAGE="en").text
+    assert "Ada Byron changed firewall host" in english
+    assert "firewallhost.change" in english  # the raw action stays, for the filter
+    german = admin_client_.get(listing, HTTP_ACCEPT_LANGUAGE="de").text
+    assert "Ada Byron hat Firewall-Host" in german
