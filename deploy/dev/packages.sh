@@ -42,8 +42,11 @@ if [[ ! -e $policy ]]; then
 fi
 cleanup() { [[ $own_policy -eq 1 ]] && rm -f "$policy"; return 0; }
 trap cleanup EXIT
+# Another apt (a fresh machine's unattended upgrades, a second checkout's set-up) may hold the
+# package lock: wait for it instead of failing.
+apt=(apt-get -o DPkg::Lock::Timeout=600)
 # An old package list may lack a package: update once, then install.
-if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if ! "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+  "${apt[@]}" update -qq
+  "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}"
 fi

@@ -2858,6 +2858,12 @@ def verb_apply_bundle(host: Host, opts, limit: int) -> dict:
             if opts.health_sample_ms is not None
             else None
         )
+        # The confirm window counts from this answer, not from the arming: a full bundle of a
+        # large site may take longer to apply and read back than the window itself, and the
+        # portal can confirm only once it has the answer. (The timer re-reads the deadline.)
+        deadline = time.time() + opts.confirm_within
+        pending["deadline"] = deadline
+        host.write_json(host.pending_file, pending)
     host.log({"event": "bundle-applied", "version": version, "modes": modes,
               "digest": digest.get("total"), "s": apply_seconds})  # fmt: skip
     answer = {
@@ -2961,22 +2967,25 @@ def rollback_timer(host: Host, token: str) -> int:
         if not pending or pending.get("token") != token:
             return 0  # confirmed, rolled back or superseded
         left = pending["deadline"] - time.time()
-        if left <= 0:
-            break
-        time.sleep(min(left, 0.5))
-    with host.locked(timeout=600):
-        pending = host.read_json(host.pending_file)
-        if not pending or pending.get("token") != token:
-            return 0
-        try:
-            host.rollback_now(f"not confirmed within {pending.get('confirm_within')}s")
-        except HelperError as exc:
-            host.log({"event": "timer-rollback-failed", "message": exc.message,
-                      "detail": exc.detail})  # fmt: skip
-            return 1
-        finally:
-            host.pending_file.unlink(missing_ok=True)
-    return 0
+        if left > 0:
+            time.sleep(min(left, 0.5))
+            continue
+        with host.locked(timeout=600):
+            pending = host.read_json(host.pending_file)
+            if not pending or pending.get("token") != token:
+                return 0
+            if pending["deadline"] > time.time():
+                # The apply that held the lock moved the deadline (it counts from its answer).
+                continue
+            try:
+                host.rollback_now(f"not confirmed within {pending.get('confirm_within')}s")
+            except HelperError as exc:
+                host.log({"event": "timer-rollback-failed", "message": exc.message,
+                          "detail": exc.detail})  # fmt: skip
+                return 1
+            finally:
+                host.pending_file.unlink(missing_ok=True)
+        return 0
 
 
 # --------------------------------------------------------------------------------------------

@@ -257,6 +257,37 @@ def test_the_timer_restores_nft_and_tc_together(baseline: Host):
     assert "not confirmed within 2s" in confirm.data["message"]
 
 
+def test_the_confirm_window_counts_from_the_answer_not_from_the_arming(baseline: Host, tmp_path):
+    """A bundle that takes longer to apply than its window (a large site's full push, a slow
+    reload) is not rolled back before the portal could confirm it."""
+    host = baseline
+    slow = tmp_path / "slow.json"
+    slow.write_text(
+        json.dumps(
+            {
+                "demo": {
+                    "path": str(host.etc / "demo.json"),
+                    "check": ["/usr/bin/python3", "-I", "-m", "json.tool", "{file}"],
+                    "reload": ["/usr/bin/sleep", "3"],  # longer than the 2 s window
+                    "mode": "0640",
+                }
+            }
+        )
+    )
+    started = time.monotonic()
+    answer = host.fw(
+        "apply-bundle", "--confirm-within", "2", artefacts=slow,
+        input=bundle(demo=nft("replace", '{"v": 3}\n')),
+    )  # fmt: skip
+    assert answer.rc == 0, answer
+    assert time.monotonic() - started > 3
+    time.sleep(1)  # past the deadline as armed, inside the window counted from the answer
+    assert host.fw("confirm", artefacts=slow).rc == 0
+    assert (host.etc / "demo.json").read_text() == '{"v": 3}\n'
+    log = (host.state / "log.jsonl").read_text()
+    assert "rolled-back" not in log
+
+
 def test_explicit_rollback_restores_nft_tc_and_a_file_artefact(baseline: Host):
     host = baseline
     before = host.snapshot()
