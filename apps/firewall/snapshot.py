@@ -417,6 +417,13 @@ def _ha_build(host: FirewallHost) -> rs.Ha | None:
     )
 
 
+# This process's last DHCP input per host: (its raw inputs, the typed `rs.Dhcp`). While no
+# reservation, range or setting changes (a forward, an opening, a shaping change), the same
+# object is reused: no 60,000 addresses parsed and checked again, and the compiler's converters
+# reuse their text for it (workers.ruleset.kea, by identity).
+_DHCP_BUILT: dict[int, tuple[tuple[Any, ...], rs.Dhcp]] = {}
+
+
 def _dhcp_build(
     host: FirewallHost, data: SnapshotData, members: tuple[rs.Member, ...], buildings: set[int]
 ) -> rs.Dhcp:
@@ -438,7 +445,27 @@ def _dhcp_build(
     pools = [share for net in ranges if (share := pool_share(net, index, count)) is not None]
     reservations_of = data.reservations_of
     settings_row = data.dhcp_settings
-    return rs.Dhcp(
+    # Each member's reservations are one cached tuple while the member is unchanged: comparing
+    # these with the last build's is mostly identity checks.
+    per_member = tuple(reservations_of.get(m.id, ()) for m in members)
+    inputs = (
+        site.member_network4,
+        site.gateway4,
+        settings_row.dns_servers,
+        settings_row.domain_name,
+        settings_row.lease_seconds,
+        settings_row.registration_lease_seconds,
+        tuple(pools),
+        per_member,
+        host.ra_pid_file,
+        host.kea_control_socket,
+        host.kea_lease_file,
+        host.interface_names("dhcp_interfaces") if host.dhcp_interfaces else (),
+    )
+    last = _DHCP_BUILT.get(host.pk)
+    if last is not None and last[0] == inputs:
+        return last[1]
+    dhcp = rs.Dhcp(
         network=site.member_network4,
         router=site.gateway4,
         dns_servers=tuple(ipv4_list_of(settings_row.dns_servers)),
@@ -446,20 +473,20 @@ def _dhcp_build(
         lease_seconds=settings_row.lease_seconds,
         registration_lease_seconds=settings_row.registration_lease_seconds,
         pools=tuple(pools),
-        reservations=tuple(
-            (mac, ipv4) for m in members for mac, ipv4, _v6 in reservations_of.get(m.id, ())
-        ),
+        reservations=tuple((mac, ipv4) for rows in per_member for mac, ipv4, _v6 in rows),
         ra_prefixes=tuple(
             (mac, f"{ipaddress.IPv6Network(f'{ipv6}/64', strict=False)}")
-            for m in members
-            for mac, _v4, ipv6 in reservations_of.get(m.id, ())
+            for rows in per_member
+            for mac, _v4, ipv6 in rows
             if ipv6
         ),
         ra_pid_file=host.ra_pid_file,
         control_socket=host.kea_control_socket,
         lease_file=host.kea_lease_file,
-        interfaces=host.interface_names("dhcp_interfaces") if host.dhcp_interfaces else (),
+        interfaces=inputs[-1],
     )
+    _DHCP_BUILT[host.pk] = (inputs, dhcp)
+    return dhcp
 
 
 def pool_share(network: str, index: int, count: int) -> tuple[str, str] | None:

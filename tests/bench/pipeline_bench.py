@@ -149,9 +149,13 @@ def run(
     member_active,
 ):
     """The measurements (the lab is up; the database holds seed_demo's 20,000 members)."""
+    from apps.firewall.models import Site
     from apps.members.models import Member
 
     call_command("lab_register", no_devices=True, stdout=open(os.devnull, "w"))  # noqa: SIM115
+    # seed_demo's devices live in 10.1-10.80.x.x, outside the lab contract's 10.100.0.0/16: the
+    # site's member network spans them, so every device is a DHCP reservation of the bundle.
+    Site.objects.update(member_network4="10.0.0.0/8", gateway4="10.100.0.1")
     NetworkSettings.objects.filter(pk=1).update(port_forward_limit=500)
     member, device = _bench_member(Member)
     public = member.public_ipv4.address

@@ -15,9 +15,11 @@ configuration.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 
-from workers.ruleset.snapshot import Snapshot
+from workers.ruleset.snapshot import Dhcp, Snapshot
 
 LEASE_CMDS_HOOK = "/usr/lib/x86_64-linux-gnu/kea/hooks/libdhcp_lease_cmds.so"
 SUBNET_ID = 1
@@ -25,6 +27,33 @@ REGISTRATION_CLASS = "unregistered"
 RESERVATIONS_MARK = "@@reservations@@"
 
 
+def _per_dhcp(converter: Callable[[Snapshot], str | None]) -> Callable[[Snapshot], str | None]:
+    """Reuse the text of an earlier call for the same `Dhcp` object (identity: no comparison of
+    60,000 reservations) and the same member interfaces, the only other input these converters
+    read. The portal's worker passes the same object while no reservation or setting changed,
+    so a change to a forward does not render Kea's configuration again. A few entries: one per
+    host of the last compiles."""
+    cache: dict[int, tuple[Dhcp, tuple[str, ...], str | None]] = {}
+
+    @functools.wraps(converter)
+    def cached(snapshot: Snapshot) -> str | None:
+        d = snapshot.dhcp
+        if d is None:
+            return None
+        interfaces = snapshot.host.member_interfaces
+        hit = cache.get(id(d))
+        if hit is not None and hit[0] is d and hit[1] == interfaces:
+            return hit[2]
+        text = converter(snapshot)
+        while len(cache) >= 8:
+            cache.pop(next(iter(cache)))
+        cache[id(d)] = (d, interfaces, text)
+        return text
+
+    return cached
+
+
+@_per_dhcp
 def kea_config(snapshot: Snapshot) -> str | None:
     """Kea's JSON configuration for this host, or None when the host serves no DHCP."""
     d = snapshot.dhcp
@@ -104,6 +133,7 @@ def kea_config(snapshot: Snapshot) -> str | None:
 RA_SOURCE = "fe80::1"  # the gateway's virtual link-local address (moves with the IPv6 role)
 
 
+@_per_dhcp
 def ra_config(snapshot: Snapshot) -> str | None:
     """deploy/firewall/portal-ra's configuration: each device's room /64 by MAC."""
     d = snapshot.dhcp

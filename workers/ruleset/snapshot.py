@@ -21,7 +21,7 @@ import itertools
 import json
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -1093,7 +1093,6 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
     global _MEMBER_JSON
     p, h = snapshot.policy, snapshot.host
     head = {
-        "dhcp": _dhcp_out(snapshot.dhcp),  # sorts before "members", as the dump needs
         "format": SNAPSHOT_FORMAT,
         "host": {
             "name": h.name,
@@ -1134,7 +1133,26 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
         fresh[m.id] = hit
         rows.append(hit[1])
     _MEMBER_JSON = fresh
-    return f'{dump(head)[:-1]},"members":[{",".join(rows)}],{dump(tail)[1:]}'
+    # "dhcp" sorts before every other key of the head, as the dump needs.
+    dhcp = _dhcp_json(snapshot.dhcp, dump)
+    return f'{{"dhcp":{dhcp},{dump(head)[1:-1]},"members":[{",".join(rows)}],{dump(tail)[1:]}'
+
+
+# The JSON of the last few `Dhcp` objects dumped, by identity (the worker reuses one object while
+# no reservation changes; its 60,000 rows need not be dumped again).
+_DHCP_JSON: dict[int, tuple[Dhcp, str]] = {}
+
+
+def _dhcp_json(d: Dhcp | None, dump: Callable[[Any], str]) -> str:
+    hit = _DHCP_JSON.get(id(d))
+    if hit is not None and hit[0] is d:
+        return hit[1]
+    text = dump(_dhcp_out(d))
+    if d is not None:
+        while len(_DHCP_JSON) >= 8:
+            _DHCP_JSON.pop(next(iter(_DHCP_JSON)))
+        _DHCP_JSON[id(d)] = (d, text)
+    return text
 
 
 def _dhcp_out(d: Dhcp | None) -> dict[str, Any] | None:
