@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -16,7 +15,13 @@ from django.utils import timezone
 
 from apps.firewall.choices import PushStep, SiteStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion, Site
-from apps.firewall.transport import FirewallSession, FirewallUnreachable, HelperReply, session_for
+from apps.firewall.transport import (
+    BackgroundLoop,
+    FirewallSession,
+    FirewallUnreachable,
+    HelperReply,
+    session_for,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -97,6 +102,7 @@ class _Push:
     ) -> None:
         self.host, self.version = host, version
         self.session = session if session is not None else session_for(host)
+        self.during_ran = False
 
     def running(self) -> RuleSetVersion | None:
         """The version the host confirmed (unchanged artefacts need not travel again)."""
@@ -130,14 +136,16 @@ class _Push:
             separators=(",", ":"),
         )
 
-    def log(self, step: str, ok: bool, message: str, started: float) -> None:
+    def log(
+        self, step: str, ok: bool, message: str, started: float, ended: float | None = None
+    ) -> None:
         PushLogEntry.objects.create(
             host=self.host,
             version=self.version,
             step=step,
             ok=ok,
             message=message[:4000],
-            seconds=round(time.monotonic() - started, 3),
+            seconds=round((ended or time.monotonic()) - started, 3),
         )
 
     def fail(self, step: str, message: str, *, unreachable: bool = False) -> PushOutcome:
@@ -159,12 +167,15 @@ class _Push:
             return "; the host restored its previous bundle"
         return f"; rollback failed: {reply.message}"
 
-    def apply(self, session: FirewallSession, increment: Any) -> HelperReply:
+    def apply(
+        self, session: FirewallSession, increment: Any, during: Callable[[], None] | None = None
+    ) -> HelperReply:
         """Check every artefact, arm the rollback point, apply, read back digest and health in
         one call. Logs the check (the helper's own timing) and the apply; a reply with
-        "phase": "check" changed nothing on the host."""
+        "phase": "check" changed nothing on the host. `during` runs while the host works (on
+        a background loop: the next host's compile)."""
         started = time.monotonic()
-        reply = session.call(
+        pending = session.call_start(
             "apply-bundle",
             "--confirm-within",
             str(settings.PORTAL_FIREWALL_CONFIRM_WITHIN),
@@ -172,8 +183,12 @@ class _Push:
             str(PUSH_HEALTH_SAMPLE_MS),
             stdin=self.payload(increment=increment),
         )
+        if during is not None:
+            during()
+        reply = pending.result()
+        answered = pending.answered_at
         if not reply.ok and reply.data.get("phase") == "check":
-            self.log(PushStep.CHECK, False, reply.message, started)
+            self.log(PushStep.CHECK, False, reply.message, started, answered)
             return reply
         checked = reply.data.get("check_seconds")
         check_seconds = float(checked or 0)
@@ -188,10 +203,25 @@ class _Push:
             reply.ok,
             "" if reply.ok else message,
             started + check_seconds + health_seconds,
+            answered,
         )
         return reply
 
-    def run(self) -> PushOutcome:
+    def run(self, during: Callable[[], None] | None = None) -> PushOutcome:
+        """Push the bundle; `during` runs once, while the host applies (or right away when
+        nothing is applied)."""
+        try:
+            return self._run(during)
+        finally:
+            if during is not None and not self.during_ran:
+                during()
+
+    def _run(self, during: Callable[[], None] | None) -> PushOutcome:
+        def once() -> None:
+            if during is not None and not self.during_ran:
+                self.during_ran = True
+                during()
+
         version = self.version
         started = time.monotonic()
         try:
@@ -206,9 +236,9 @@ class _Push:
             increment = increment_for(host=self.host, version=version)
             if increment is not None:
                 # The host holds the previous version: send only the element changes.
-                reply = self.apply(session, increment)
+                reply = self.apply(session, increment, once)
             if reply is None or reply.data.get("phase") == "check":
-                reply = self.apply(session, None)
+                reply = self.apply(session, None, once)
             if not reply.ok:
                 if reply.data.get("phase") == "check":
                     message = f"the host refused the bundle: {reply.message}"
@@ -300,12 +330,17 @@ def backup_first(hosts: list[FirewallHost]) -> list[FirewallHost]:
 
 
 def ruleset_push(
-    *, host: FirewallHost, version: RuleSetVersion, session: FirewallSession | None = None
+    *,
+    host: FirewallHost,
+    version: RuleSetVersion,
+    session: FirewallSession | None = None,
+    during: Callable[[], None] | None = None,
 ) -> PushOutcome:
     """Check, arm the rollback timer and apply, verify the version and health (one round trip),
     then confirm (a second one); a failure after the apply rolls the host back. `session`: one
-    already started (not entered) by the caller; the push closes it."""
-    return _Push(host, version, session).run()
+    already started (not entered) by the caller; the push closes it. `during` runs once while
+    the host applies (always, also when the push fails first)."""
+    return _Push(host, version, session).run(during)
 
 
 def ruleset_rollout(*, versions: Iterable[RuleSetVersion]) -> list[PushOutcome]:
@@ -317,20 +352,45 @@ def ruleset_rollout(*, versions: Iterable[RuleSetVersion]) -> list[PushOutcome]:
 
 
 def _rollout(
-    hosts: Iterable[FirewallHost], version_for: Callable[[FirewallHost], RuleSetVersion]
+    hosts: Iterable[FirewallHost],
+    version_for: Callable[[FirewallHost], RuleSetVersion],
+    *,
+    background: BackgroundLoop | None = None,
+    sessions: dict[int, FirewallSession] | None = None,
 ) -> list[PushOutcome]:
     """Push host by host in rollout order; `version_for(host)` gives (or compiles, just in time)
-    what the host should run, so the first host is pushed before the later ones are compiled.
+    what the host should run: the next host's bundle compiles while the current one applies.
     A refused or unhealthy bundle stops the rollout: it never reaches the next host. An
     unreachable host is skipped: it stays pending and gets the newest version when it returns.
-    A pinned host is skipped and says so: staff hold it on the version they put back."""
+    A pinned host is skipped and says so: staff hold it on the version they put back.
+    `sessions` (on `background`): connections the caller started already."""
     outcomes: list[PushOutcome] = []
     ordered = backup_first([h for h in hosts if h.enabled])
-    # Connect to every host that may be due at once, on one loop: the later hosts' handshakes
-    # run while the first host is pushed, so their turn starts with a connection. Connecting
-    # runs no helper verb; a host whose turn never comes sees its connection closed.
-    loop = asyncio.new_event_loop()
-    sessions = {h.pk: session_for(h, loop=loop).start() for h in ordered if not h.is_pinned}
+    own_loop = background is None
+    # Connect to every host that may be due at once, on one loop in its own thread: the
+    # handshakes run while this thread reads and compiles. Connecting runs no helper verb; a
+    # host whose turn never comes sees its connection closed.
+    background = background or BackgroundLoop()
+    sessions = dict(sessions or {})
+    for h in ordered:
+        if not h.is_pinned and h.pk not in sessions:
+            sessions[h.pk] = session_for(h, loop=background).start()
+    prepared: dict[int, tuple[RuleSetVersion | None, Exception | None]] = {}
+
+    def prepare(host: FirewallHost) -> None:
+        if host.pk not in prepared:
+            try:
+                prepared[host.pk] = (version_for(host), None)
+            except Exception as exc:  # raised at that host's turn, not during another's push
+                prepared[host.pk] = (None, exc)
+
+    def version_of(host: FirewallHost) -> RuleSetVersion:
+        prepare(host)
+        version, error = prepared[host.pk]
+        if version is None:
+            raise error or CompileError(f"{host.name}: nothing compiled")
+        return version
+
     try:
         for index, host in enumerate(ordered):
             if host.is_pinned:
@@ -341,21 +401,28 @@ def _rollout(
                     )
                 )
                 continue
-            version = version_for(host)
+            version = version_of(host)
             if host.runs(version.content_hash):
                 outcomes.append(PushOutcome(host.name, True, "", "already applied", skipped=True))
                 continue
-            outcome = ruleset_push(host=host, version=version, session=sessions.pop(host.pk))
+            later = next((h for h in ordered[index + 1 :] if not h.is_pinned), None)
+            outcome = ruleset_push(
+                host=host,
+                version=version,
+                session=sessions.pop(host.pk),
+                during=(lambda h=later: prepare(h)) if later is not None else None,
+            )
             outcomes.append(outcome)
             if not outcome.ok and not outcome.unreachable:
-                for later in ordered[index + 1 :]:
-                    if not later.is_pinned:
-                        later.mark_pending()
+                for later_host in ordered[index + 1 :]:
+                    if not later_host.is_pinned:
+                        later_host.mark_pending()
                 break
     finally:
         for session in sessions.values():
             session.close()
-        loop.close()
+        if own_loop:
+            background.close()
     return outcomes
 
 
@@ -521,12 +588,18 @@ def site_sync(*, site: Site, cause: str) -> list[PushOutcome]:
         compiled.append(host_compile(host=host, data=data, cause=cause))
         return compiled[-1]
 
-    try:
-        data = _snapshot_data(hosts)
-        outcomes = _rollout(hosts, version_for)
-    except CompileError as exc:
-        site.mark(SiteStatus.FAILED, f"compile: {exc}")
-        raise
+    with BackgroundLoop() as background:
+        # The hosts' handshakes run while the database is read.
+        sessions = {h.pk: session_for(h, loop=background).start() for h in hosts if not h.is_pinned}
+        try:
+            data = _snapshot_data(hosts)
+            outcomes = _rollout(hosts, version_for, background=background, sessions=sessions)
+        except CompileError as exc:
+            site.mark(SiteStatus.FAILED, f"compile: {exc}")
+            raise
+        finally:
+            for session in sessions.values():
+                session.close()
     # Hosts skipped (pinned) or after a stop get their version too: unpinning pushes it.
     for host in hosts:
         if host.pk not in {v.host_id for v in compiled}:

@@ -7,12 +7,17 @@ a verb from a closed list with arguments it built itself, never user input, and 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import json
 import shlex
+import threading
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncssh
 from django.conf import settings
@@ -31,6 +36,9 @@ VERBS = frozenset(
         "probe",  # deploy/probe/portal-probe on the probe host
     }
 )
+
+
+T = TypeVar("T")
 
 
 class FirewallUnreachable(Exception):
@@ -57,11 +65,84 @@ class HelperReply:
         return text or f"exit status {self.exit_status}"
 
 
+class BackgroundLoop:
+    """An event loop in its own thread. Sessions on it connect and talk while the calling
+    thread works: a rollout's handshakes run while it reads the database, and the next host's
+    bundle compiles while the current host applies. Every database access stays in the
+    calling thread; only SSH runs here."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="firewall-ssh", daemon=True
+        )
+        self._thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self) -> None:
+        """Cancel what still runs here (a handshake whose turn never came), then stop."""
+
+        async def drain() -> None:
+            for _round in range(10):  # a cancelled task may start another one as it ends
+                await asyncio.sleep(0)
+                me = asyncio.current_task()
+                tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+                if not tasks:
+                    return
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self.submit(drain()).result(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+    def __enter__(self) -> BackgroundLoop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class PendingCall:
+    """A helper verb on its way (`FirewallSession.call_start`): `result()` waits for it."""
+
+    def __init__(self, verb: str, wait: Callable[[], Any]) -> None:
+        self.verb, self._wait = verb, wait
+        self.answered_at: float | None = None  # time.monotonic() when the answer was there
+
+    def answered(self, *_args: object) -> None:
+        self.answered_at = time.monotonic()
+
+    def result(self) -> HelperReply:
+        try:
+            result = self._wait()
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            raise FirewallUnreachable(f"{self.verb}: {exc or exc.__class__.__name__}") from exc
+        stdout = str(result.stdout or "").strip().splitlines()
+        try:
+            data = json.loads(stdout[-1]) if stdout else {}
+        except json.JSONDecodeError:
+            data = {"message": stdout[-1]}
+        if self.answered_at is None:
+            self.answered()
+        return HelperReply(
+            exit_status=result.exit_status if result.exit_status is not None else 255,
+            data=data,
+            stderr=str(result.stderr or "").strip(),
+        )
+
+
 class FirewallSession:
     """A synchronous facade over one asyncssh connection (used from Celery tasks).
 
     Sessions may share an event loop: one that was `start()`ed connects while another one's
-    calls run, so a rollout connects to its next hosts while it pushes to the first."""
+    calls run, so a rollout connects to its next hosts while it pushes to the first. On a
+    `BackgroundLoop` they also progress while the calling thread computes."""
 
     def __init__(
         self,
@@ -70,25 +151,45 @@ class FirewallSession:
         port: int,
         user: str,
         connect_timeout: float = 5,
-        loop: asyncio.AbstractEventLoop | None = None,
+        loop: asyncio.AbstractEventLoop | BackgroundLoop | None = None,
     ) -> None:
         self.address, self.port, self.user = address, port, user
         self.connect_timeout = connect_timeout
         self._own_loop = loop is None
-        self._loop = loop if loop is not None else asyncio.new_event_loop()
-        self._connecting: asyncio.Task[asyncssh.SSHClientConnection] | None = None
+        self._background = loop if isinstance(loop, BackgroundLoop) else None
+        if self._background is not None:
+            self._loop = self._background.loop
+        else:
+            self._loop = loop if loop is not None else asyncio.new_event_loop()
+        self._connecting: Any = None  # an asyncio.Task, or a concurrent Future on a background loop
         self._conn: asyncssh.SSHClientConnection | None = None
         self._closed = False
+
+    def _start(self, coro: Coroutine[Any, Any, T]) -> Callable[[], T]:
+        """Begin `coro` on this session's loop; returns how to wait for its result."""
+        if self._background is not None:
+            future = self._background.submit(coro)
+            return future.result
+        return functools.partial(self._loop.run_until_complete, coro)
 
     def start(self) -> FirewallSession:
         """Begin connecting without waiting: the handshake runs whenever the loop does."""
         self._connect_task()
         return self
 
-    def _connect_task(self) -> asyncio.Task[asyncssh.SSHClientConnection]:
+    def _connect_task(self) -> Any:
         if self._connecting is None:
-            self._connecting = self._loop.create_task(self._open())
+            if self._background is not None:
+                self._connecting = self._background.submit(self._open())
+            else:
+                self._connecting = self._loop.create_task(self._open())
         return self._connecting
+
+    def _connected(self) -> asyncssh.SSHClientConnection:
+        task = self._connect_task()
+        if self._background is not None:
+            return task.result()
+        return self._loop.run_until_complete(task)
 
     async def _open(self) -> asyncssh.SSHClientConnection:
         """The handshake (created only when the task first runs: a session closed before its
@@ -110,7 +211,7 @@ class FirewallSession:
 
     def __enter__(self) -> FirewallSession:
         try:
-            self._conn = self._loop.run_until_complete(self._connect_task())
+            self._conn = self._connected()
         except (OSError, asyncssh.Error, TimeoutError) as exc:
             self.close()
             reason = str(exc) or exc.__class__.__name__
@@ -129,42 +230,52 @@ class FirewallSession:
         if conn is None and task is not None:
             if not task.done():
                 task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, OSError, asyncssh.Error, TimeoutError):
-                conn = self._loop.run_until_complete(task)
+            with contextlib.suppress(
+                asyncio.CancelledError,
+                concurrent.futures.CancelledError,
+                OSError,
+                asyncssh.Error,
+                TimeoutError,
+            ):
+                conn = self._connected()
         if conn is not None:
-            conn.close()
-            self._loop.run_until_complete(conn.wait_closed())
+            self._start(_closed(conn))()
         self._conn = None
         if self._own_loop:
             self._loop.close()
 
-    def call(
+    def call_start(
         self, verb: str, *args: str, stdin: str | None = None, timeout: float = 120
-    ) -> HelperReply:
-        """Run one helper verb; a lost connection raises FirewallUnreachable."""
+    ) -> PendingCall:
+        """Send one helper verb; its answer is read by `result()` (on a background loop the
+        calling thread may work meanwhile; else the verb runs when `result()` is called)."""
         if verb not in VERBS:
             raise ValueError(f"not a helper verb: {verb}")
         if self._conn is None:
             raise RuntimeError("use FirewallSession as a context manager")
         command = shlex.join([verb, *args])
-        try:
-            result = self._loop.run_until_complete(
-                asyncio.wait_for(self._conn.run(command, input=stdin, check=False), timeout)
-            )
-        except (OSError, asyncssh.Error, TimeoutError) as exc:
-            raise FirewallUnreachable(f"{verb}: {exc or exc.__class__.__name__}") from exc
-        stdout = str(result.stdout or "").strip().splitlines()
-        try:
-            data = json.loads(stdout[-1]) if stdout else {}
-        except json.JSONDecodeError:
-            data = {"message": stdout[-1]}
-        return HelperReply(
-            exit_status=result.exit_status if result.exit_status is not None else 255,
-            data=data,
-            stderr=str(result.stderr or "").strip(),
-        )
+        coro = asyncio.wait_for(self._conn.run(command, input=stdin, check=False), timeout)
+        if self._background is not None:
+            future = self._background.submit(coro)
+            pending = PendingCall(verb, future.result)
+            future.add_done_callback(pending.answered)
+            return pending
+        return PendingCall(verb, functools.partial(self._loop.run_until_complete, coro))
+
+    def call(
+        self, verb: str, *args: str, stdin: str | None = None, timeout: float = 120
+    ) -> HelperReply:
+        """Run one helper verb; a lost connection raises FirewallUnreachable."""
+        return self.call_start(verb, *args, stdin=stdin, timeout=timeout).result()
 
 
-def session_for(host: Any, *, loop: asyncio.AbstractEventLoop | None = None) -> FirewallSession:
+async def _closed(conn: asyncssh.SSHClientConnection) -> None:
+    conn.close()
+    await conn.wait_closed()
+
+
+def session_for(
+    host: Any, *, loop: asyncio.AbstractEventLoop | BackgroundLoop | None = None
+) -> FirewallSession:
     """A session to a FirewallHost row (on `loop`, shared with other sessions, if given)."""
     return FirewallSession(address=host.address, port=host.port, user=host.ssh_user, loop=loop)
