@@ -19,11 +19,6 @@ urlpatterns = [
         name="member_check_in",
     ),
     path(
-        "office-hours/members/<int:pk>/grant-test-access/",
-        views.MemberTestAccessView.as_view(),
-        name="member_test_access",
-    ),
-    path(
         "office-hours/members/<int:pk>/suspend/",
         views.MemberSuspendView.as_view(),
         name="member_suspend",

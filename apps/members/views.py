@@ -106,7 +106,6 @@ class MemberPage(StaffOr404Mixin, View):
     ) -> HttpResponse:
         action_forms = {
             "check_in": member_forms.CheckInForm(),
-            "test_access": member_forms.TestAccessForm(),
             "suspend": member_forms.SuspendForm(),
             "move": member_forms.MoveForm(),
             "end": member_forms.EndForm(),
@@ -184,15 +183,6 @@ class MemberCheckInView(MemberActionView):
         services.member_check_in(member=member, actor=actor)
 
 
-class MemberTestAccessView(MemberActionView):
-    action = "test-access"
-    form_class = member_forms.TestAccessForm
-    done = gettext_lazy("%(member)s has a test access now.")
-
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
-        services.member_test_access_grant(member=member, until=data["until"], actor=actor)
-
-
 class MemberSuspendView(MemberActionView):
     action = "suspend"
     form_class = member_forms.SuspendForm
@@ -234,7 +224,6 @@ class MemberContactView(MemberActionView):
 
 MEMBER_ACTION_VIEWS = (
     MemberCheckInView,
-    MemberTestAccessView,
     MemberSuspendView,
     MemberMoveView,
     MemberEndView,
@@ -251,7 +240,10 @@ class MemberDetailView(MemberPage):
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         """A form that names its action in an `action` field (as before the per-action URLs)."""
-        return action_field_dispatch(request, MEMBER_ACTION_VIEWS, pk=pk)
+        from apps.testaccess.views import MemberTestAccessView
+
+        views = (*MEMBER_ACTION_VIEWS, MemberTestAccessView)
+        return action_field_dispatch(request, views, pk=pk)
 
 
 class MemberRegisterView(StaffRequiredMixin, View):

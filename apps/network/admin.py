@@ -24,7 +24,6 @@ from apps.network.models import (
     PublicPool,
     ShapingProfile,
     Subnet,
-    TestAccess,
 )
 from apps.network.services import policy_object_delete, policy_object_save, subnet_create
 
@@ -203,12 +202,6 @@ class Ipv6OpeningAdmin(ReadOnlyAdmin):
     list_display = ["__str__", "device", "enabled", "description"]
     list_filter = ["protocol", "enabled"]
     list_select_related = ["device"]
-
-
-@admin.register(TestAccess)
-class TestAccessAdmin(ReadOnlyAdmin):
-    list_display = ["member", "profile", "granted_at", "notice_sent_for"]
-    list_select_related = ["member__user", "profile"]
 
 
 @admin.register(NetworkSettings)

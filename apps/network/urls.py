@@ -1,4 +1,4 @@
-from django.urls import path, re_path
+from django.urls import path
 
 from apps.network import views
 
@@ -48,25 +48,5 @@ urlpatterns = [
     ),
     path(
         "ipv6-openings/<int:pk>/delete/", views.OpeningDeleteView.as_view(), name="opening_delete"
-    ),
-    # test access (staff)
-    path(
-        "office-hours/test-accesses/",
-        views.TestAccessListView.as_view(),
-        name="test_access_list",
-    ),
-    path(
-        "office-hours/members/<int:member_pk>/test-access/",
-        views.TestAccessSectionView.as_view(),
-        name="test_access_section",
-    ),
-    # One view per action; one name, so {% url 'network:test_access_action' pk 'grant' %} works.
-    *(
-        re_path(
-            rf"^office-hours/members/(?P<member_pk>[0-9]+)/test-access/(?P<action>{view.action})/$",
-            view.as_view(),
-            name="test_access_action",
-        )
-        for view in (views.TestAccessGrantView, views.TestAccessExtendView, views.TestAccessEndView)
     ),
 ]

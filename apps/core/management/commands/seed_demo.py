@@ -41,8 +41,8 @@ from apps.network.models import (
     PublicPool,
     ShapingProfile,
     Subnet,
-    TestAccess,
 )
+from apps.testaccess.models import TestAccess
 
 DEMO_PASSWORD = "demo"  # noqa: S105 - shown in the README; refused without DEBUG unless --force
 DEMO_USERS = [
