@@ -1,7 +1,9 @@
-"""Writes to memberships: register, check in, move, suspend, end (test accesses: apps.testaccess).
+"""Writes to memberships: register, check in, move, suspend, end (test accesses: testaccess).
 
-Each is one transaction with audit rows; those that change network state schedule the single
-`network_changed` hook for after the commit.
+Each is one transaction with audit rows. The parts of the apps built on members (network:
+subnets, addresses, devices; testaccess) run through apps/members/extensions.py at the same
+points, and writes that change network state end with `member_changed` (network schedules its
+single `network_changed` hook for after the commit).
 """
 
 from __future__ import annotations
@@ -18,21 +20,11 @@ from django.utils.translation import gettext as _
 
 from apps.accounts.roles import Role
 from apps.audit.services import audit_changes, audit_record
+from apps.core.errors import NetworkError
 from apps.members.choices import MemberStatus
+from apps.members.errors import MemberStateError
+from apps.members.extensions import member_extensions
 from apps.members.models import Building, Member, Room, RoomStay, StatusChange
-from apps.network.errors import MemberStateError, NetworkError
-from apps.network.hooks import network_changed_on_commit
-from apps.network.models import Device
-from apps.network.services import (
-    _device_delete,
-    devices_readdress,
-    port_forwards_release,
-    public_ipv4_allocate,
-    public_ipv4_release,
-    room_ipv6_prefix_next,
-    room_require_subnet,
-)
-from apps.testaccess.models import TestAccess
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -177,14 +169,13 @@ def member_check_in(*, member: Member, actor: User) -> Member:
         MemberStatus.SUSPENDED,
         action=_("Checking in"),
     )
-    room_require_subnet(room=member.room)
-    public_ipv4_allocate(member=member, actor=actor)
+    for extension in member_extensions():
+        extension.member_checking_in(member=member, actor=actor)  # subnet, public IPv4
     extra: dict[str, Any] = {"test_access_until": None}
     if member.checked_in_at is None:
         extra["checked_in_at"] = timezone.now()
     member_status_set(member, MemberStatus.ACTIVE, actor=actor, extra=extra)
-    TestAccess.objects.filter(member=member).delete()  # no longer shaped
-    network_changed_on_commit(cause=f"member.check_in {member.pk}", actor=actor)
+    member_changed(cause=f"member.check_in {member.pk}", actor=actor)
     return member
 
 
@@ -196,7 +187,7 @@ def member_suspend(*, member: Member, reason: str, actor: User) -> Member:
     if not reason.strip():
         raise MemberStateError(_("Say why the membership is suspended."), field="reason")
     member_status_set(member, MemberStatus.SUSPENDED, actor=actor, note=reason.strip())
-    network_changed_on_commit(cause=f"member.suspend {member.pk}", actor=actor)
+    member_changed(cause=f"member.suspend {member.pk}", actor=actor)
     return member
 
 
@@ -212,10 +203,10 @@ def member_move(*, member: Member, room: Room, actor: User) -> Member:
             field="room",
         )
     room = Room.objects.select_related("building").get(pk=room.pk)
-    room_require_subnet(room=room)
-    now = timezone.now()
     old_room = member.room
-    devices_readdress(member=member, room=room, actor=actor)
+    for extension in member_extensions():
+        extension.member_moving(member=member, room=room, actor=actor)  # subnet, new addresses
+    now = timezone.now()
     _close_stay(member, now)
     RoomStay.objects.create(member=member, room=room, period=DateTimeTZRange(now, None))
     member.room = room
@@ -227,7 +218,7 @@ def member_move(*, member: Member, room: Room, actor: User) -> Member:
         changes={"room": [old_room.label if old_room else None, room.label]},
         member=member,
     )
-    network_changed_on_commit(cause=f"member.move {member.pk}", actor=actor)
+    member_changed(cause=f"member.move {member.pk}", actor=actor)
     return member
 
 
@@ -245,13 +236,8 @@ def member_end(*, member: Member, actor: User, note: str = "") -> Member:
     if member.is_ended:
         raise MemberStateError(_("This membership has already ended."))
     now = timezone.now()
-    # Port forwards are disabled and detached before the address goes into quarantine (they
-    # stay as history without a device); the devices' IPv6 openings go with the devices.
-    port_forwards_release(member=member, actor=actor)
-    public_ipv4_release(member=member, actor=actor)
-    for device in Device.objects.filter(member=member).select_related("member").order_by("id"):
-        _device_delete(device=device, actor=actor, action="device.remove")
-    TestAccess.objects.filter(member=member).delete()
+    for extension in member_extensions():
+        extension.member_ending(member=member, actor=actor)  # forwards, public IPv4, devices
     _close_stay(member, now)
     member_status_set(
         member,
@@ -260,8 +246,25 @@ def member_end(*, member: Member, actor: User, note: str = "") -> Member:
         note=note,
         extra={"ended_at": now, "room": None, "test_access_until": None},
     )
-    network_changed_on_commit(cause=f"member.end {member.pk}", actor=actor)
+    member_changed(cause=f"member.end {member.pk}", actor=actor)
     return member
+
+
+def member_changed(*, cause: str, actor: User | None) -> None:
+    """Tell the apps built on members that network state changed (inside the transaction:
+    network's hook runs once after the commit)."""
+    for extension in member_extensions():
+        extension.member_changed(cause=cause, actor=actor)
+
+
+def _room_prefix(building: Building) -> str | None:
+    """The first IPv6 /64 an extension offers for a new room of `building` (network: the next
+    free /64 of the building's prefix), or None."""
+    for extension in member_extensions():
+        prefix = extension.room_prefix(building=building)
+        if prefix is not None:
+            return prefix
+    return None
 
 
 @transaction.atomic
@@ -290,7 +293,7 @@ def room_create(*, building: Building, number: str, actor: User) -> Room:
         building=building,
         number=number,
         label=Room.make_label(building.code, number),
-        ipv6_prefix=room_ipv6_prefix_next(building=building),
+        ipv6_prefix=_room_prefix(building),
     )
     audit_record(
         actor=actor,

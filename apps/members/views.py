@@ -25,10 +25,12 @@ from apps.accounts.roles import (
 )
 from apps.audit.selectors import audit_for_member
 from apps.core.actions import action_field_dispatch
+from apps.core.errors import NetworkError
 from apps.core.htmx import htmx_partial
 from apps.dhcp.selectors import lease_search, unknown_devices_near
 from apps.members import forms as member_forms
 from apps.members import services
+from apps.members.extensions import member_extensions
 from apps.members.models import Member
 from apps.members.privacy import member_data_export
 from apps.members.selectors import (
@@ -40,9 +42,16 @@ from apps.members.selectors import (
     pending_queue,
     search_kind,
 )
-from apps.network.errors import NetworkError
-from apps.network.views import devices_context
 from apps.notifications.selectors import notice_list
+
+
+def member_page_context(*, request: HttpRequest, member: Member) -> dict[str, Any]:
+    """The sections the apps built on members add to the member page and the dashboard
+    (network: devices, forwards, openings; testaccess: its panel, for staff)."""
+    context: dict[str, Any] = {}
+    for extension in member_extensions():
+        context.update(extension.member_page_context(request=request, member=member))
+    return context
 
 
 class DashboardView(LoginRequiredMixin, View):
@@ -56,7 +65,7 @@ class DashboardView(LoginRequiredMixin, View):
             "former_member_days": settings.PORTAL_RETAIN_FORMER_MEMBERS_DAYS,
         }
         if member is not None:
-            context.update(devices_context(request=request, member=member))
+            context.update(member_page_context(request=request, member=member))
             context["recent_notices"] = list(notice_list(actor=request.user)[:3])
         return render(request, "members/dashboard.html", context)
 
@@ -123,7 +132,7 @@ class MemberPage(StaffOr404Mixin, View):
             "audit": audit,
             "open_action": next(iter(bound or {}), ""),
             **member_history(member=member),
-            **devices_context(request=request, member=member),
+            **member_page_context(request=request, member=member),
             "unknown_devices": unknown_devices_near(
                 building_id=member.room.building_id if member.room_id else None
             )
@@ -240,9 +249,9 @@ class MemberDetailView(MemberPage):
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         """A form that names its action in an `action` field (as before the per-action URLs)."""
-        from apps.testaccess.views import MemberTestAccessView
-
-        views = (*MEMBER_ACTION_VIEWS, MemberTestAccessView)
+        views = [*MEMBER_ACTION_VIEWS]
+        for extension in member_extensions():
+            views += extension.member_action_views()
         return action_field_dispatch(request, views, pk=pk)
 
 

@@ -7,8 +7,8 @@ from typing import Any, cast
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from apps.core.mac import mac_normalize, mac_validate_unicast
 from apps.network.choices import Protocol
-from apps.network.mac import mac_normalize, mac_validate_unicast
 from apps.network.models import Device
 from apps.network.ports import PortRange, PortRangeError
 

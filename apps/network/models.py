@@ -13,8 +13,8 @@ from django.db.models import Case, F, Func, Q, Value, When
 from django.utils.translation import gettext_lazy as _
 
 from apps.accounts.roles import STAFF_ROLES, has_role
+from apps.core.fields import CidrField, InetAddressField, MacAddressField
 from apps.network.choices import Direction, Protocol
-from apps.network.fields import CidrField, InetAddressField, MacAddressField
 from apps.network.ports import port_text
 
 if TYPE_CHECKING:

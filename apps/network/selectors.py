@@ -39,6 +39,11 @@ def member_ipv6_openings(*, actor: User, member: Member) -> QuerySet[Ipv6Opening
     )
 
 
+def member_devices(*, actor: User, member: Member) -> QuerySet[Device]:
+    """The member's devices the actor may see (one query, however many there are)."""
+    return Device.objects.visible_to(actor).filter(member=member).order_by("name", "pk")
+
+
 def by_device(rows: list[Any], devices: list[Device]) -> list[tuple[Device | None, list[Any]]]:
     """Rows grouped under their device, in the devices' order (rows without one at the end)."""
     groups: dict[int | None, list[Any]] = {}

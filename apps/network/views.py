@@ -20,7 +20,7 @@ from apps.core.htmx import htmx_partial
 from apps.firewall.live import LiveHosts, live_attach, live_hosts
 from apps.firewall.snapshot import NETWORKED_STATUSES
 from apps.members.models import Member
-from apps.members.selectors import member_devices, member_get
+from apps.members.selectors import member_get
 from apps.network.errors import NetworkError
 from apps.network.forms import (
     DeviceForm,
@@ -31,6 +31,7 @@ from apps.network.models import Device, Ipv6Opening, NetworkSettings, PortForwar
 from apps.network.selectors import (
     blocked_inbound,
     by_device,
+    member_devices,
     member_ipv6_openings,
     member_port_forwards,
 )
@@ -68,7 +69,7 @@ def devices_context(
     sections: bool = True,
 ) -> dict[str, Any]:
     """What the devices section needs (the same on the dashboard and the member page); with
-    `sections`, also the forwards, openings and test-access sections of the whole page."""
+    `sections`, also the forwards and openings sections of the whole page."""
     devices = list(member_devices(actor=request.user, member=member))
     net = NetworkSettings.load()
     limit = net.device_limit
@@ -84,10 +85,6 @@ def devices_context(
         shared = {"devices": devices, "hosts": hosts, "net": net}
         extra.update(forwards_context(request=request, member=member, **shared))
         extra.update(openings_context(request=request, member=member, **shared))
-        if has_role(request.user, *STAFF_ROLES):
-            from apps.testaccess.views import member_test_access_context
-
-            extra.update(member_test_access_context(request=request, member=member))
     return {
         **extra,
         "member": member,

@@ -6,3 +6,9 @@ class TestAccessConfig(AppConfig):
     name = "apps.testaccess"
     label = "testaccess"
     verbose_name = _("Test accesses")
+
+    def ready(self) -> None:
+        from apps.members.extensions import member_extension_register
+        from apps.testaccess.extension import TestAccessMemberExtension
+
+        member_extension_register(TestAccessMemberExtension())
