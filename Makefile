@@ -11,7 +11,7 @@ help:
 	@echo "make run    - the portal with demo data, workers and the firewall lab at http://127.0.0.1:$(PORT)"
 	@echo "make test   - the whole test suite (installs and starts what it needs)"
 	@echo "make bench  - benchmarks, written to docs/BENCHMARKS.md"
-	@echo "make lint   - ruff"
+	@echo "make lint   - ruff and the import contracts (lint-imports)"
 	@echo "make services / services-stop - the embedded PostgreSQL and Redis under ./var"
 	@echo "make lab / lab-down - the local firewall lab (network namespaces, root only)"
 
@@ -46,6 +46,7 @@ bench: setup
 lint: venv
 	@.venv/bin/ruff check .
 	@.venv/bin/ruff format --check .
+	@.venv/bin/lint-imports --no-cache
 
 lab: packages
 	@bash deploy/lab/lab.sh up

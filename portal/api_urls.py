@@ -36,10 +36,9 @@ from apps.network.api import (
     PortForwardDetailAPI,
     PortForwardListAPI,
     PortForwardProbeAPI,
-    TestAccessDetailAPI,
-    TestAccessListAPI,
 )
 from apps.notifications.api import NoticeDetailAPI, NoticeListAPI, PreferenceAPI
+from apps.testaccess.api import TestAccessDetailAPI, TestAccessListAPI
 from apps.tickets.api import (
     IncidentDetailAPI,
     IncidentListAPI,

@@ -23,10 +23,10 @@ app = Celery(
         "workers.firewall",
         "workers.health",
         "workers.mail",
-        "workers.network",
         "workers.notifications",
         "workers.traffic",
         "workers.retention",
+        "apps.testaccess.tasks",  # the beat task of test accesses, with its app
     ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")

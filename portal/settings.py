@@ -107,6 +107,7 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.members",
     "apps.network",
+    "apps.testaccess",
     "apps.audit",
     "apps.health",
     "apps.firewall",

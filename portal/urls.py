@@ -17,6 +17,7 @@ urlpatterns = [
     path("", include("apps.dhcp.urls")),
     path("", include("apps.members.urls")),
     path("", include("apps.network.urls")),
+    path("", include("apps.testaccess.urls")),
     path("", include("apps.health.urls")),
     path("", include("apps.firewall.urls")),
     path("", include("apps.tickets.urls")),

@@ -175,7 +175,7 @@ def member_on_test(days: int = 14, **kwargs: Any) -> Member:
     """A member with a test access until today + `days` (the default profile)."""
     import datetime as dt
 
-    from apps.members.services import member_test_access_grant
+    from apps.testaccess.services import member_test_access_grant
 
     if not PublicPool.objects.exists():
         pool_create()

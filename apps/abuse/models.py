@@ -10,7 +10,7 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from apps.abuse.choices import HolderKind, HoldingSource, HoldingState, Verdict
-from apps.network.fields import InetAddressField, MacAddressField
+from apps.core.fields import InetAddressField, MacAddressField
 
 
 class AddressHolding(models.Model):

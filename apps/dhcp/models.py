@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from apps.network.fields import CidrField, InetAddressField, MacAddressField
+from apps.core.fields import CidrField, InetAddressField, MacAddressField
 
 DOMAIN_VALIDATOR = RegexValidator(
     r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",

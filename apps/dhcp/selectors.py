@@ -21,7 +21,7 @@ def lease_search(*, kind: str, query: str, limit: int = 10) -> list[Lease]:
     `device` set when the MAC is registered."""
     import ipaddress
 
-    from apps.network.mac import mac_parse
+    from apps.core.mac import mac_parse
     from apps.network.models import Device
 
     if kind == "mac":

@@ -12,8 +12,8 @@ from django.db import connection, models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from apps.core.fields import CidrField
 from apps.firewall.choices import PushStatus, PushStep, ShapingRoot, SiteStatus
-from apps.network.fields import CidrField
 from workers.ruleset import IFNAME_RE
 
 HOST_PATH_VALIDATOR = RegexValidator(

@@ -1,26 +1,21 @@
-"""Admin for buildings and rooms (writes go through the services), with the CSV import."""
+"""Admin for buildings and rooms (writes go through the services); the CSV import of buildings,
+rooms and subnets is added by the network app's admin."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.http import HttpRequest
 from django.template.loader import render_to_string
-from django.urls import path
 from django.utils.safestring import SafeString
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from apps.audit.selectors import audit_for_object
 from apps.audit.services import audit_changes, audit_record
 from apps.members import services
 from apps.members.models import Building, Member, Room
-from apps.members.roomimport import rooms_import
-from apps.network.errors import NetworkError
-from apps.network.forms import CsvImportForm
 
 
 def audit_trail(obj: Any) -> SafeString:
@@ -57,7 +52,6 @@ class BuildingAdmin(AuditedAdmin):
     list_display = ["code", "name", "address"]
     search_fields = ["code", "name"]
     readonly_fields = [audit_trail]
-    change_list_template = "admin/members/building/change_list.html"
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if change:
@@ -67,44 +61,6 @@ class BuildingAdmin(AuditedAdmin):
         )
         obj.pk = created.pk
         return None
-
-    def get_urls(self) -> list[Any]:
-        return [
-            path(
-                "import-csv/",
-                self.admin_site.admin_view(self.import_csv),
-                name="members_building_import_csv",
-            ),
-            *super().get_urls(),
-        ]
-
-    def import_csv(self, request: HttpRequest) -> HttpResponse:
-        """Upload a CSV of buildings and rooms (all or nothing)."""
-        form = CsvImportForm(request.POST or None, request.FILES or None)
-        if request.method == "POST" and form.is_valid():
-            try:
-                counts = rooms_import(data=form.cleaned_data["file"].read(), actor=request.user)
-            except NetworkError as exc:
-                form.add_error("file", exc.message)
-            else:
-                messages.success(request, import_summary(counts))
-                return redirect("admin:members_building_changelist")
-        context = {
-            **self.admin_site.each_context(request),
-            "form": form,
-            "title": _("Import buildings and rooms"),
-        }
-        return render(request, "admin/members/building/import_csv.html", context)
-
-
-def import_summary(counts: dict[str, int]) -> str:
-    return (
-        _(
-            "Imported: %(buildings)d buildings, %(rooms)d rooms, %(subnets)d subnets; "
-            "%(unchanged)d rooms existed already."
-        )
-        % counts
-    )
 
 
 @admin.register(Room)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from apps.members.models import Room
@@ -46,18 +45,6 @@ class MoveForm(forms.Form):
 
 class SuspendForm(forms.Form):
     reason = forms.CharField(label=_("Reason"), max_length=200)
-
-
-class TestAccessForm(forms.Form):
-    until = forms.DateField(
-        label=_("Test access until"), widget=forms.DateInput(attrs={"type": "date"})
-    )
-
-    def clean_until(self) -> Any:
-        until = self.cleaned_data["until"]
-        if until <= timezone.localdate():
-            raise forms.ValidationError(_("The test access must end after today."))
-        return until
 
 
 class CheckInForm(forms.Form):

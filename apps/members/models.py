@@ -13,8 +13,8 @@ from django.db.models.functions import Upper
 from django.utils.translation import gettext_lazy as _
 
 from apps.accounts.roles import STAFF_ROLES, has_role
+from apps.core.fields import CidrField
 from apps.members.choices import MemberStatus
-from apps.network.fields import CidrField
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -33,6 +33,7 @@ from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.audit.models import AuditEntry
 from apps.audit.services import audit_record
 from apps.members.choices import MemberStatus
+from apps.members.extensions import member_extensions
 from apps.members.models import Member
 
 if TYPE_CHECKING:
@@ -48,10 +49,6 @@ PERSONAL_KEYS = frozenset(
      "note", "username", "reason"}
 )  # fmt: skip
 
-DEVICE_FIELDS = ("name", "mac", "ipv4", "ipv6", "created_at")
-FORWARD_FIELDS = ("protocol", "public_first", "public_last", "target_first", "target_last",
-                  "device__name", "enabled", "description")  # fmt: skip
-OPENING_FIELDS = ("device__name", "protocol", "port_first", "port_last", "enabled", "description")
 HOLDING_FIELDS = ("address", "kind", "state", "period", "device_name", "mac")
 
 
@@ -75,7 +72,8 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _rows(qs: models.QuerySet, *fields: str) -> list[dict[str, Any]]:
+def data_rows(qs: models.QuerySet, *fields: str) -> list[dict[str, Any]]:
+    """The rows' `fields` as JSON-ready dicts."""
     return [{k: _plain(v) for k, v in row.items()} for row in qs.values(*fields)]
 
 
@@ -117,7 +115,7 @@ def _audit(member: Member) -> list[dict[str, Any]]:
     # What was done to the member's data and when; who did it (a volunteer's name) is the
     # volunteer's personal data and is left out.
     entries = AuditEntry.objects.filter(member=member).order_by("at", "id")
-    return _rows(entries, "at", "action", "object_repr", "changes")
+    return data_rows(entries, "at", "action", "object_repr", "changes")
 
 
 def _traffic(member: Member) -> list[dict[str, Any]]:
@@ -135,10 +133,12 @@ def _traffic(member: Member) -> list[dict[str, Any]]:
 def member_data(*, member: Member) -> dict[str, Any]:
     """Everything the portal stores about `member`, as one JSON-ready dict."""
     from apps.abuse.models import AddressHolding
-    from apps.network.models import Device, Ipv6Opening, PortForward, PublicAddress
     from apps.notifications.models import Notice, Preference
 
     user = member.user
+    extended: dict[str, Any] = {}  # network: public IPv4, devices, forwards, openings
+    for extension in member_extensions():
+        extended.update(extension.member_data(member=member))
     notices = Notice.objects.filter(member=member).order_by("created_at", "id")
     preference = Preference.objects.filter(member=member).first()
     return {
@@ -163,19 +163,12 @@ def member_data(*, member: Member) -> dict[str, Any]:
             "test_access_until": _plain(member.test_access_until),
             "ended_at": _plain(member.ended_at),
         },
-        "room_stays": _rows(member.room_stays.order_by("period"), "room__label", "period"),
-        "status_changes": _rows(
+        "room_stays": data_rows(member.room_stays.order_by("period"), "room__label", "period"),
+        "status_changes": data_rows(
             member.status_changes.order_by("at", "id"), "old_status", "new_status", "at", "note"
         ),
-        "public_ipv4": _rows(PublicAddress.objects.filter(member=member), "address", "assigned_at"),
-        "devices": _rows(Device.objects.filter(member=member).order_by("id"), *DEVICE_FIELDS),
-        "port_forwards": _rows(
-            PortForward.objects.filter(member=member).order_by("id"), *FORWARD_FIELDS
-        ),
-        "ipv6_openings": _rows(
-            Ipv6Opening.objects.filter(device__member=member).order_by("id"), *OPENING_FIELDS
-        ),
-        "address_history": _rows(
+        **extended,
+        "address_history": data_rows(
             AddressHolding.objects.filter(member=member).order_by("period"), *HOLDING_FIELDS
         ),
         "notices": [
@@ -227,7 +220,6 @@ def member_personal_data_erase(*, member: Member, now: dt.datetime | None = None
     """Erase or anonymise one former member's personal data (what stays: the module docstring)."""
     from rest_framework.authtoken.models import Token
 
-    from apps.network.models import PortForward
     from apps.notifications.models import Notice, Preference
     from apps.tickets.models import Ticket
 
@@ -241,7 +233,8 @@ def member_personal_data_erase(*, member: Member, now: dt.datetime | None = None
     tickets.delete()
     Notice.objects.filter(member=member).delete()
     Preference.objects.filter(member=member).delete()
-    PortForward.objects.filter(member=member, device__isnull=True).delete()
+    for extension in member_extensions():
+        extension.member_erase(member=member)  # network: detached port forwards
     Token.objects.filter(user=user).delete()
     member.status_changes.exclude(note="").update(note="")
     _audit_scrub(member)

@@ -9,26 +9,23 @@ from typing import TYPE_CHECKING, Any
 from django.contrib.auth import get_user_model
 from django.db.models import (
     Case,
-    CharField,
     Exists,
-    F,
     Func,
     IntegerField,
     OuterRef,
     Q,
     QuerySet,
-    TextField,
     Value,
     When,
 )
-from django.db.models.functions import Cast, Collate, Lower
+from django.db.models.functions import Lower
 from django.utils.translation import gettext as _
 
 from apps.accounts.roles import STAFF_ROLES, has_role
+from apps.core.mac import mac_fragment, mac_parse
 from apps.members.choices import MemberStatus
+from apps.members.extensions import Found, member_extensions
 from apps.members.models import Member, Room
-from apps.network.mac import mac_parse
-from apps.network.models import Device, PublicAddress
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -99,12 +96,6 @@ def _ipv6_prefix(query: str) -> ipaddress.IPv6Network | None:
         return None
 
 
-def _mac_fragment(query: str) -> str:
-    """The hex digits of what may be part of a MAC ("ee:ff", "ddeeff", "cafe"), or ""."""
-    digits = re.sub(r"[:\-]", "", query).lower()
-    return digits if 4 <= len(digits) <= 11 and re.fullmatch(r"[0-9a-f]+", digits) else ""
-
-
 def _room_key(text: str) -> str:
     """A room label as typed at the desk: "a101", "A 101" and "A-101" are one key."""
     return re.sub(r"[^0-9a-z]", "", text.lower())
@@ -115,26 +106,6 @@ def _room_key_sql() -> Func:
     return Func(
         Lower("label"), Value("[^0-9a-z]"), Value(""), Value("g"), function="REGEXP_REPLACE"
     )
-
-
-def _host_sql(field: str) -> Collate:
-    # The expression of the indexes network_*_host_c (members migration 0005): text of the
-    # address in the C collation, so that a prefix LIKE and ORDER BY both use the btree.
-    return Collate(Func(F(field), function="HOST", output_field=CharField()), "C")
-
-
-def _mac_hex_sql() -> Func:
-    # The expression of the trigram index network_device_mac_hex_trgm (members migration 0005).
-    return Func(
-        Cast("mac", output_field=TextField()),
-        Value(":"),
-        Value(""),
-        function="REPLACE",
-        output_field=TextField(),
-    )
-
-
-Found = list[tuple[int, str]]  # (member id, what matched), best first
 
 
 def member_search(*, actor: User, query: str, limit: int = SEARCH_LIMIT) -> list[Member]:
@@ -155,22 +126,11 @@ def member_search(*, actor: User, query: str, limit: int = SEARCH_LIMIT) -> list
     if kind == "":
         return []
     found: Found = []
-    if kind == "mac":
-        found = _devices_found(Device.objects.filter(mac=mac_parse(query)), _("MAC of device {}"))
-    elif kind in ("ipv4", "ipv6"):
-        address = str(ipaddress.ip_address(query.strip("[]")))
-        field = "ipv4" if kind == "ipv4" else "ipv6"
-        label = _("IPv4 of device {}") if kind == "ipv4" else _("IPv6 of device {}")
-        found = _devices_found(Device.objects.filter(**{field: address}), label)
-        if kind == "ipv4":
-            found += [
-                (pk, _("public IPv4"))
-                for pk in PublicAddress.objects.filter(
-                    address=address, member__isnull=False
-                ).values_list("member_id", flat=True)
-            ]
-        elif not found:
+    if kind in ("mac", "ipv4", "ipv6", "ipv4-part"):
+        found = _extensions_found(kind, query, limit)
+        if kind == "ipv6" and not found:
             # Any other address of a room's /64 (privacy addresses): whoever lives there.
+            address = str(ipaddress.ip_address(query.strip("[]")))
             found = _rooms_found(
                 Member.objects.filter(room__ipv6_prefix__net_contains_or_equals=address),
                 _("address in the /64 of room {}"),
@@ -183,31 +143,31 @@ def member_search(*, actor: User, query: str, limit: int = SEARCH_LIMIT) -> list
             _("room {}'s /64 in this prefix"),
             limit,
         )
-    elif kind == "ipv4-part":
-        found = _ipv4_start_found(query, limit)
     elif kind == "mac-part":
         # "ab1012" may be room AB-1012 as well: a room first, as for any word.
-        found = _room_found(query, limit) or _mac_part_found(
-            _mac_fragment(query), limit, query=query
-        )
+        found = _room_found(query, limit) or _extensions_found(kind, query, limit)
     else:
         found = _room_found(query, limit)
         if not found:
             people = _members_in_order(
                 actor, _text_found(query=query, limit=limit), limit, by_user=True
             )
-            digits = _mac_fragment(query)
+            digits = mac_fragment(query)
             if not digits or len(people) >= limit:
                 return people
             # "cafe", "beef": a word and a MAC fragment; the people first.
             found = [(m.pk, m.search_match) for m in people]
-            found += _mac_part_found(digits, limit - len(people))
+            found += _extensions_found("mac-part", digits, limit - len(people))
     return _members_in_order(actor, found, limit)
 
 
-def _devices_found(devices: QuerySet[Device], label: str) -> Found:
-    """(member id, label with the device's name) for each device."""
-    return [(pk, label.format(name)) for pk, name in devices.values_list("member_id", "name")]
+def _extensions_found(kind: str, query: str, limit: int) -> Found:
+    """What the apps built on members find for an address or MAC query (network: devices and
+    public addresses; apps/members/extensions.py)."""
+    found: Found = []
+    for extension in member_extensions():
+        found += extension.member_search(kind=kind, query=query, limit=limit)
+    return found
 
 
 def _rooms_found(members: QuerySet[Member], label: str, limit: int) -> Found:
@@ -235,47 +195,6 @@ def _room_found(query: str, limit: int) -> Found:
         .values_list("pk", "room__label")[:limit]
     )
     return [(pk, _("room {}").format(label)) for pk, label in rows]
-
-
-def _ipv4_start_found(query: str, limit: int) -> Found:
-    """Devices and public addresses whose IPv4 starts with `query`, in address order."""
-    devices = (
-        Device.objects.annotate(host=_host_sql("ipv4"))
-        .filter(host__startswith=query)
-        .order_by("host")
-        .values_list("member_id", "name", "host")[:limit]
-    )
-    found = [(pk, _("IPv4 of device {}").format(name) + f" ({host})") for pk, name, host in devices]
-    publics = (
-        PublicAddress.objects.filter(member__isnull=False)
-        .annotate(host=_host_sql("address"))
-        .filter(host__startswith=query)
-        .order_by("host")
-        .values_list("member_id", "host")[:limit]
-    )
-    return found + [(pk, _("public IPv4") + f" ({host})") for pk, host in publics]
-
-
-def _mac_part_found(digits: str, limit: int, *, query: str = "") -> Found:
-    """Devices whose MAC contains these hex digits (trigram index on the MAC's hex digits);
-    typed with separators ("06:6f:00"), only whole bytes in that place count."""
-    # No ORDER BY in SQL: with one, the planner walks the whole MAC index in order hoping to
-    # meet 25 matches early (100 ms for a rare fragment at 100,000 members); the trigram
-    # bitmap finds them all at once, and a fragment of four digits or more matches few.
-    devices = sorted(
-        Device.objects.annotate(hex=_mac_hex_sql(), mac_text=Cast("mac", TextField()))
-        .filter(hex__contains=digits, **_mac_bytes_filter(query))
-        .values_list("mac", "member_id", "name")[: limit * 4],
-        key=lambda row: str(row[0]),
-    )[:limit]
-    return [(pk, _("MAC of device {}").format(name) + f" ({mac})") for mac, pk, name in devices]
-
-
-def _mac_bytes_filter(query: str) -> dict[str, str]:
-    """With separators, the MAC's text must hold the bytes as typed ("06:6f:00", "06-6f-00")."""
-    if not re.search(r"[:\-]", query):
-        return {}
-    return {"mac_text__contains": re.sub(r"-", ":", query.strip(":-")).lower()}
 
 
 def _members_in_order(
@@ -394,11 +313,6 @@ def member_of_user(*, user: Any) -> Member | None:
     if not getattr(user, "is_authenticated", False):
         return None
     return _members(user).filter(user=user).first()
-
-
-def member_devices(*, actor: User, member: Member) -> QuerySet[Device]:
-    """The member's devices the actor may see (one query, however many there are)."""
-    return Device.objects.visible_to(actor).filter(member=member).order_by("name", "pk")
 
 
 def member_history(*, member: Member) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from django.core.cache import cache
 from django.db import transaction
 
 from apps.audit.services import audit_record
+from apps.members.extensions import member_extensions
 from apps.members.models import Member, Room
 from apps.members.services import member_register
-from apps.network.models import Family, Subnet
 
 # Defaults, overridable in settings: attempts (POSTs) and accounts per client address and window.
 SIGNUP_ATTEMPTS_PER_WINDOW = 20
@@ -50,8 +50,9 @@ def member_sign_up(
 
 
 def room_accepts_sign_up(*, room: Room) -> bool:
-    """Whether a new member can live on the network in this room (its building has a subnet)."""
-    return Subnet.objects.filter(building_id=room.building_id, family=Family.IPV4).exists()
+    """Whether a new member can live on the network in this room (network: its building has a
+    private IPv4 subnet)."""
+    return all(extension.room_usable(room=room) for extension in member_extensions())
 
 
 def _limit(name: str, default: int) -> int:

@@ -10,9 +10,9 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views import View
 
+from apps.core.errors import NetworkError
 from apps.members.signup import member_sign_up, signup_succeeded, signup_throttled
 from apps.members.signup_forms import SignUpForm
-from apps.network.errors import NetworkError
 
 
 class SignUpView(View):

@@ -9,19 +9,12 @@ urlpatterns = [
     path("signup/", signup_views.SignUpView.as_view(), name="signup"),
     path("office-hours/", views.OfficeHoursView.as_view(), name="office_hours"),
     path("office-hours/members.csv", exports.MemberExportView.as_view(), name="member_export"),
-    path("office-hours/devices.csv", exports.DeviceExportView.as_view(), name="device_export"),
-    path("office-hours/leases.csv", exports.LeaseExportView.as_view(), name="lease_export"),
     path("office-hours/members/new/", views.MemberRegisterView.as_view(), name="member_register"),
     path("office-hours/members/<int:pk>/", views.MemberDetailView.as_view(), name="member_detail"),
     path(
         "office-hours/members/<int:pk>/check-in/",
         views.MemberCheckInView.as_view(),
         name="member_check_in",
-    ),
-    path(
-        "office-hours/members/<int:pk>/grant-test-access/",
-        views.MemberTestAccessView.as_view(),
-        name="member_test_access",
     ),
     path(
         "office-hours/members/<int:pk>/suspend/",

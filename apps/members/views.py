@@ -25,10 +25,12 @@ from apps.accounts.roles import (
 )
 from apps.audit.selectors import audit_for_member
 from apps.core.actions import action_field_dispatch
+from apps.core.errors import NetworkError
 from apps.core.htmx import htmx_partial
 from apps.dhcp.selectors import lease_search, unknown_devices_near
 from apps.members import forms as member_forms
 from apps.members import services
+from apps.members.extensions import member_extensions
 from apps.members.models import Member
 from apps.members.privacy import member_data_export
 from apps.members.selectors import (
@@ -40,9 +42,16 @@ from apps.members.selectors import (
     pending_queue,
     search_kind,
 )
-from apps.network.errors import NetworkError
-from apps.network.views import devices_context
 from apps.notifications.selectors import notice_list
+
+
+def member_page_context(*, request: HttpRequest, member: Member) -> dict[str, Any]:
+    """The sections the apps built on members add to the member page and the dashboard
+    (network: devices, forwards, openings; testaccess: its panel, for staff)."""
+    context: dict[str, Any] = {}
+    for extension in member_extensions():
+        context.update(extension.member_page_context(request=request, member=member))
+    return context
 
 
 class DashboardView(LoginRequiredMixin, View):
@@ -56,7 +65,7 @@ class DashboardView(LoginRequiredMixin, View):
             "former_member_days": settings.PORTAL_RETAIN_FORMER_MEMBERS_DAYS,
         }
         if member is not None:
-            context.update(devices_context(request=request, member=member))
+            context.update(member_page_context(request=request, member=member))
             context["recent_notices"] = list(notice_list(actor=request.user)[:3])
         return render(request, "members/dashboard.html", context)
 
@@ -106,7 +115,6 @@ class MemberPage(StaffOr404Mixin, View):
     ) -> HttpResponse:
         action_forms = {
             "check_in": member_forms.CheckInForm(),
-            "test_access": member_forms.TestAccessForm(),
             "suspend": member_forms.SuspendForm(),
             "move": member_forms.MoveForm(),
             "end": member_forms.EndForm(),
@@ -124,7 +132,7 @@ class MemberPage(StaffOr404Mixin, View):
             "audit": audit,
             "open_action": next(iter(bound or {}), ""),
             **member_history(member=member),
-            **devices_context(request=request, member=member),
+            **member_page_context(request=request, member=member),
             "unknown_devices": unknown_devices_near(
                 building_id=member.room.building_id if member.room_id else None
             )
@@ -184,15 +192,6 @@ class MemberCheckInView(MemberActionView):
         services.member_check_in(member=member, actor=actor)
 
 
-class MemberTestAccessView(MemberActionView):
-    action = "test-access"
-    form_class = member_forms.TestAccessForm
-    done = gettext_lazy("%(member)s has a test access now.")
-
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
-        services.member_test_access_grant(member=member, until=data["until"], actor=actor)
-
-
 class MemberSuspendView(MemberActionView):
     action = "suspend"
     form_class = member_forms.SuspendForm
@@ -234,7 +233,6 @@ class MemberContactView(MemberActionView):
 
 MEMBER_ACTION_VIEWS = (
     MemberCheckInView,
-    MemberTestAccessView,
     MemberSuspendView,
     MemberMoveView,
     MemberEndView,
@@ -251,7 +249,10 @@ class MemberDetailView(MemberPage):
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         """A form that names its action in an `action` field (as before the per-action URLs)."""
-        return action_field_dispatch(request, MEMBER_ACTION_VIEWS, pk=pk)
+        views = [*MEMBER_ACTION_VIEWS]
+        for extension in member_extensions():
+            views += extension.member_action_views()
+        return action_field_dispatch(request, views, pk=pk)
 
 
 class MemberRegisterView(StaffRequiredMixin, View):

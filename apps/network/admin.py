@@ -1,4 +1,4 @@
-"""Admin for subnets, pools, addresses, devices, the network settings and policy (blocked
+"""Admin for subnets (and the CSV import of buildings, rooms and subnets), pools, addresses, devices, the network settings and policy (blocked
 ports, management networks), shaping profiles; forwards and openings read-only."""
 
 from __future__ import annotations
@@ -6,13 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy as _lazy
 
-from apps.members.admin import AuditedAdmin, audit_trail
+from apps.members.admin import AuditedAdmin, BuildingAdmin, audit_trail
+from apps.members.models import Building
 from apps.network.errors import NetworkError
+from apps.network.forms import CsvImportForm
 from apps.network.models import (
     BlockedPort,
     Device,
@@ -24,9 +29,47 @@ from apps.network.models import (
     PublicPool,
     ShapingProfile,
     Subnet,
-    TestAccess,
 )
+from apps.network.roomimport import import_summary, rooms_import
 from apps.network.services import policy_object_delete, policy_object_save, subnet_create
+
+# Buildings are the members app's; their CSV import writes subnets too, so it is added here.
+admin.site.unregister(Building)
+
+
+@admin.register(Building)
+class BuildingImportAdmin(BuildingAdmin):
+    """Buildings, with the CSV import of buildings, rooms and their subnets."""
+
+    change_list_template = "admin/members/building/change_list.html"
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path(
+                "import-csv/",
+                self.admin_site.admin_view(self.import_csv),
+                name="members_building_import_csv",
+            ),
+            *super().get_urls(),
+        ]
+
+    def import_csv(self, request: HttpRequest) -> HttpResponse:
+        """Upload a CSV of buildings and rooms (all or nothing)."""
+        form = CsvImportForm(request.POST or None, request.FILES or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                counts = rooms_import(data=form.cleaned_data["file"].read(), actor=request.user)
+            except NetworkError as exc:
+                form.add_error("file", exc.message)
+            else:
+                messages.success(request, import_summary(counts))
+                return redirect("admin:members_building_changelist")
+        context = {
+            **self.admin_site.each_context(request),
+            "form": form,
+            "title": _("Import buildings and rooms"),
+        }
+        return render(request, "admin/members/building/import_csv.html", context)
 
 
 class SubnetForm(forms.ModelForm):
@@ -203,12 +246,6 @@ class Ipv6OpeningAdmin(ReadOnlyAdmin):
     list_display = ["__str__", "device", "enabled", "description"]
     list_filter = ["protocol", "enabled"]
     list_select_related = ["device"]
-
-
-@admin.register(TestAccess)
-class TestAccessAdmin(ReadOnlyAdmin):
-    list_display = ["member", "profile", "granted_at", "notice_sent_for"]
-    list_select_related = ["member__user", "profile"]
 
 
 @admin.register(NetworkSettings)

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+# The base refusal and the membership's own live below this app (core, members); imported from
+# here too, as everywhere before they moved.
+from apps.core.errors import NetworkError
+from apps.members.errors import MemberStateError
 
-class NetworkError(Exception):
-    """A refused change; nothing was written. `field` names the form field it belongs to."""
-
-    field: str | None = None
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        if field is not None:
-            self.field = field
-
-    def __str__(self) -> str:
-        return str(self.message)
+__all__ = [
+    "DeviceLimitReached",
+    "DeviceNameInUse",
+    "DeviceNotUsable",
+    "Ipv6OpeningConflict",
+    "LimitReached",
+    "MacInUse",
+    "MemberStateError",
+    "NetworkError",
+    "NoSubnet",
+    "PoolExhausted",
+    "PortForwardConflict",
+    "PortRangeInvalid",
+    "QuarantineFull",
+    "SubnetExhausted",
+]
 
 
 class PoolExhausted(NetworkError):
@@ -44,10 +51,6 @@ class MacInUse(NetworkError):
 
 class DeviceNameInUse(NetworkError):
     field = "name"
-
-
-class MemberStateError(NetworkError):
-    """The action does not fit the membership's status."""
 
 
 class PortForwardConflict(NetworkError):

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django import forms
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from apps.core.mac import mac_normalize, mac_validate_unicast
 from apps.network.choices import Protocol
-from apps.network.mac import mac_normalize, mac_validate_unicast
-from apps.network.models import Device, ShapingProfile
+from apps.network.models import Device
 from apps.network.ports import PortRange, PortRangeError
 
 
@@ -127,34 +126,3 @@ class Ipv6OpeningForm(_OwnDeviceForm):
                 _("Give a port or range; all ports can only be opened for TCP and UDP together."),
             )
         return data
-
-
-class TestAccessForm(forms.Form):
-    """Grant or extend a test access: the last day and the shaping profile."""
-
-    __test__ = False  # not a pytest class
-
-    until = forms.DateField(
-        label=_("Test access until"), widget=forms.DateInput(attrs={"type": "date"})
-    )
-    profile = forms.ModelChoiceField(
-        label=_("Shaping profile"), queryset=ShapingProfile.objects.none(), empty_label=None
-    )
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        from apps.network.selectors import shaping_profiles
-
-        field = cast(forms.ModelChoiceField, self.fields["profile"])
-        field.queryset = shaping_profiles()
-
-    def clean_until(self) -> Any:
-        until = self.cleaned_data["until"]
-        if until <= timezone.localdate():
-            raise forms.ValidationError(_("The test access must end after today."))
-        return until
-
-
-class TestAccessEndForm(forms.Form):
-    __test__ = False  # not a pytest class
-    note = forms.CharField(label=_("Note (optional)"), max_length=200, required=False)

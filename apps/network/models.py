@@ -13,8 +13,8 @@ from django.db.models import Case, F, Func, Q, Value, When
 from django.utils.translation import gettext_lazy as _
 
 from apps.accounts.roles import STAFF_ROLES, has_role
+from apps.core.fields import CidrField, InetAddressField, MacAddressField
 from apps.network.choices import Direction, Protocol
-from apps.network.fields import CidrField, InetAddressField, MacAddressField
 from apps.network.ports import port_text
 
 if TYPE_CHECKING:
@@ -507,47 +507,6 @@ class ShapingProfile(models.Model):
             return f"{kbit} kbit/s"
 
         return f"↓ {fmt(self.down_kbit)} / ↑ {fmt(self.up_kbit)}"
-
-
-class TestAccessQuerySet(models.QuerySet["TestAccess"]):
-    __test__ = False  # not a pytest class
-
-    def visible_to(self, actor: User) -> TestAccessQuerySet:
-        """Staff see every test access; a member only their own."""
-        if has_role(actor, *STAFF_ROLES):
-            return self
-        if not getattr(actor, "is_authenticated", False):
-            return self.none()
-        return self.filter(member__user=actor)
-
-
-class TestAccess(models.Model):
-    """The shaping of a member's test access. The state itself is the member's: status `test`
-    and `Member.test_access_until` (the last day); this row adds the profile and the notice."""
-
-    __test__ = False  # not a pytest class
-
-    member = models.OneToOneField(
-        "members.Member", on_delete=models.CASCADE, primary_key=True, related_name="test_access"
-    )
-    profile = models.ForeignKey(
-        ShapingProfile,
-        on_delete=models.PROTECT,
-        related_name="test_accesses",
-        verbose_name=_("shaping profile"),
-    )
-    granted_at = models.DateTimeField(_("granted"))
-    # The end date the expiry notice was mailed for: extending the access makes a new one due.
-    notice_sent_for = models.DateField(null=True, blank=True)
-
-    objects = TestAccessQuerySet.as_manager()
-
-    class Meta:
-        verbose_name = _("test access")
-        verbose_name_plural = _("test accesses")
-
-    def __str__(self) -> str:
-        return f"{self.member_id}: {self.profile.name}"
 
 
 class BlockedPort(models.Model):

@@ -1,14 +1,11 @@
-"""Reads of the network app: a member's forwards and openings, test accesses, the policy."""
+"""Reads of the network app: a member's forwards and openings, the policy."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from django.db.models import QuerySet
-from django.utils import timezone
 
-from apps.members.choices import MemberStatus
 from apps.members.models import Member
 from apps.network.models import (
     BlockedPort,
@@ -16,7 +13,6 @@ from apps.network.models import (
     Ipv6Opening,
     PortForward,
     ShapingProfile,
-    TestAccess,
 )
 
 if TYPE_CHECKING:
@@ -43,6 +39,11 @@ def member_ipv6_openings(*, actor: User, member: Member) -> QuerySet[Ipv6Opening
     )
 
 
+def member_devices(*, actor: User, member: Member) -> QuerySet[Device]:
+    """The member's devices the actor may see (one query, however many there are)."""
+    return Device.objects.visible_to(actor).filter(member=member).order_by("name", "pk")
+
+
 def by_device(rows: list[Any], devices: list[Device]) -> list[tuple[Device | None, list[Any]]]:
     """Rows grouped under their device, in the devices' order (rows without one at the end)."""
     groups: dict[int | None, list[Any]] = {}
@@ -53,25 +54,6 @@ def by_device(rows: list[Any], devices: list[Device]) -> list[tuple[Device | Non
     ]
     result += [(None, rest) for rest in groups.values()]
     return result
-
-
-def expiring_test_accesses(
-    *, actor: User, within_days: int = 7, today: dt.date | None = None
-) -> QuerySet[Member]:
-    """Test-access members whose last day is today or in the next `within_days` days (and any
-    already overdue the beat task has not ended yet), soonest first."""
-    today = today or timezone.localdate()
-    return (
-        Member.objects.visible_to(actor)
-        .filter(status=MemberStatus.TEST, test_access_until__lte=today + dt.timedelta(within_days))
-        .select_related("user", "room__building", "test_access__profile")
-        .order_by("test_access_until", "user__last_name", "pk")
-    )
-
-
-def member_test_access(*, member: Member) -> TestAccess | None:
-    """The shaping row of the member's test access, if any."""
-    return TestAccess.objects.select_related("profile").filter(member=member).first()
 
 
 def shaping_profiles() -> QuerySet[ShapingProfile]:

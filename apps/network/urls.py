@@ -1,9 +1,11 @@
-from django.urls import path, re_path
+from django.urls import path
 
-from apps.network import views
+from apps.network import exports, views
 
 app_name = "network"
 urlpatterns = [
+    path("office-hours/devices.csv", exports.DeviceExportView.as_view(), name="device_export"),
+    path("office-hours/leases.csv", exports.LeaseExportView.as_view(), name="lease_export"),
     path("live/<str:kind>/<int:pk>/", views.LiveStateView.as_view(), name="live_state"),
     path(
         "members/<int:member_pk>/devices/", views.DeviceSectionView.as_view(), name="device_section"
@@ -48,25 +50,5 @@ urlpatterns = [
     ),
     path(
         "ipv6-openings/<int:pk>/delete/", views.OpeningDeleteView.as_view(), name="opening_delete"
-    ),
-    # test access (staff)
-    path(
-        "office-hours/test-accesses/",
-        views.TestAccessListView.as_view(),
-        name="test_access_list",
-    ),
-    path(
-        "office-hours/members/<int:member_pk>/test-access/",
-        views.TestAccessSectionView.as_view(),
-        name="test_access_section",
-    ),
-    # One view per action; one name, so {% url 'network:test_access_action' pk 'grant' %} works.
-    *(
-        re_path(
-            rf"^office-hours/members/(?P<member_pk>[0-9]+)/test-access/(?P<action>{view.action})/$",
-            view.as_view(),
-            name="test_access_action",
-        )
-        for view in (views.TestAccessGrantView, views.TestAccessExtendView, views.TestAccessEndView)
     ),
 ]

@@ -1,52 +1,39 @@
 """Devices, port forwards and IPv6 openings inline with htmx on the dashboard and the member
-page; test accesses on the member page and the list of those ending soon (staff)."""
+page."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import formats, timezone
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext
 from django.views import View
 from django_htmx.http import trigger_client_event
 
-from apps.accounts.roles import STAFF_ROLES, StaffOr404Mixin, StaffRequiredMixin, has_role
+from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.core.htmx import htmx_partial
 from apps.firewall.live import LiveHosts, live_attach, live_hosts
 from apps.firewall.snapshot import NETWORKED_STATUSES
 from apps.members.models import Member
-from apps.members.selectors import member_devices, member_get
-from apps.members.services import (
-    member_test_access_end,
-    member_test_access_extend,
-    member_test_access_grant,
-)
+from apps.members.selectors import member_get
 from apps.network.errors import NetworkError
 from apps.network.forms import (
     DeviceForm,
     Ipv6OpeningForm,
     PortForwardForm,
-    TestAccessEndForm,
-    TestAccessForm,
 )
 from apps.network.models import Device, Ipv6Opening, NetworkSettings, PortForward
 from apps.network.selectors import (
     blocked_inbound,
     by_device,
-    expiring_test_accesses,
+    member_devices,
     member_ipv6_openings,
     member_port_forwards,
-    member_test_access,
-    shaping_profiles,
 )
 from apps.network.services import (
     device_add,
@@ -82,7 +69,7 @@ def devices_context(
     sections: bool = True,
 ) -> dict[str, Any]:
     """What the devices section needs (the same on the dashboard and the member page); with
-    `sections`, also the forwards, openings and test-access sections of the whole page."""
+    `sections`, also the forwards and openings sections of the whole page."""
     devices = list(member_devices(actor=request.user, member=member))
     net = NetworkSettings.load()
     limit = net.device_limit
@@ -98,8 +85,6 @@ def devices_context(
         shared = {"devices": devices, "hosts": hosts, "net": net}
         extra.update(forwards_context(request=request, member=member, **shared))
         extra.update(openings_context(request=request, member=member, **shared))
-        if has_role(request.user, *STAFF_ROLES):
-            extra.update(member_test_access_context(request=request, member=member))
     return {
         **extra,
         "member": member,
@@ -569,184 +554,6 @@ class OpeningDeleteView(LoginRequiredMixin, View):
         member = opening.device.member
         ipv6_opening_delete(opening=opening, actor=request.user)
         return _openings_section(request, member, notice=gettext("Opening deleted."))
-
-
-# --- test access (staff) ----------------------------------------------------------------------
-
-
-def member_test_access_context(
-    *,
-    request: HttpRequest,
-    member: Member,
-    grant_form: TestAccessForm | None = None,
-    extend_form: TestAccessForm | None = None,
-    end_form: TestAccessEndForm | None = None,
-    open_form: str = "",
-    notice: str = "",
-) -> dict[str, Any]:
-    """The test-access section of the member page."""
-    access = member_test_access(member=member)
-    initial_until = member.test_access_until or (timezone.localdate() + dt.timedelta(days=14))
-    profile = access.profile if access else shaping_profiles().first()
-    return {
-        "test_access": access,
-        "test_access_grant_form": grant_form
-        or TestAccessForm(
-            initial={"until": timezone.localdate() + dt.timedelta(days=14), "profile": profile},
-            prefix="grant",
-        ),
-        "test_access_extend_form": extend_form
-        or TestAccessForm(
-            initial={"until": initial_until + dt.timedelta(days=7), "profile": profile},
-            prefix="extend",
-        ),
-        "test_access_end_form": end_form or TestAccessEndForm(prefix="end"),
-        "test_access_open": open_form,
-        "test_access_notice": notice,
-    }
-
-
-def _test_access_section(request: HttpRequest, member: Member, **kwargs: Any) -> HttpResponse:
-    """The section with the refused form (htmx); the member page otherwise."""
-    url = reverse("members:member_detail", args=[member.pk]) + "#test-access"
-    if htmx_partial(request):
-        context = {
-            "member": member,
-            **member_test_access_context(request=request, member=member, **kwargs),
-        }
-        return render(request, "network/partials/test_access.html", context)
-    return redirect(url)
-
-
-def _test_access_done_text(action: str, member: Member) -> str:
-    if action == "end":
-        return gettext("Test access ended; the member is pending again.")
-    until = formats.date_format(member.test_access_until, "SHORT_DATE_FORMAT")
-    if action == "grant":
-        return gettext("Test access granted until %(until)s (last day).") % {"until": until}
-    return gettext("Test access extended until %(until)s (last day).") % {"until": until}
-
-
-def _test_access_done(request: HttpRequest, member: Member, action: str) -> HttpResponse:
-    """After a grant, extension or end: for htmx the panel again in place, with fresh forms and
-    the confirmation, plus the member's status, facts and audit trail out of band (they changed
-    with it); the member page with the message otherwise."""
-    member = _member_or_404(request, member.pk)  # status, dates and access as saved
-    text = _test_access_done_text(action, member)
-    if not htmx_partial(request):
-        messages.success(request, text)
-        return redirect(reverse("members:member_detail", args=[member.pk]) + "#test-access")
-    from apps.audit.selectors import audit_for_member
-
-    context = {
-        "member": member,
-        **member_test_access_context(request=request, member=member, notice=text),
-    }
-    html = render_to_string("network/partials/test_access.html", context, request=request)
-    oob = {
-        "member": member,
-        "oob": True,
-        "audit": Paginator(audit_for_member(member=member).select_related("actor"), 25).get_page(1),
-    }
-    for template in (
-        "members/member_detail.html#member-status",
-        "members/member_detail.html#member-facts",
-        "audit/partials/trail.html",
-    ):
-        html += render_to_string(template, oob, request=request)
-    return HttpResponse(html)
-
-
-class TestAccessSectionView(StaffOr404Mixin, View):
-    """GET: the test-access panel again (cancel); each action below POSTs to its own URL."""
-
-    __test__ = False  # not a pytest class
-
-    def get(self, request: HttpRequest, member_pk: int, action: str = "") -> HttpResponse:
-        return _test_access_section(request, _member_or_404(request, member_pk))
-
-
-class TestAccessActionView(TestAccessSectionView):
-    """POST one test-access action (volunteers, from the member page): the subclasses grant,
-    extend and end.
-
-    Success shows the panel again with the confirmation (htmx) or the member page; a refusal
-    shows the form again with the message next to its field.
-    """
-
-    action: str
-    form_class: type[forms.Form] = TestAccessForm
-
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    def post(self, request: HttpRequest, member_pk: int, action: str = "") -> HttpResponse:
-        member = _member_or_404(request, member_pk)
-        form = self.form_class(request.POST, prefix=self.action)
-        if form.is_valid():
-            try:
-                self.run(member, request.user, form.cleaned_data)
-            except NetworkError as exc:
-                _form_refused(request, form, exc)
-            else:
-                return _test_access_done(request, member, self.action)
-        _form_errors_to_messages(request, form)
-        return _test_access_section(
-            request, member, open_form=self.action, **{f"{self.action}_form": form}
-        )
-
-
-class TestAccessGrantView(TestAccessActionView):
-    action = "grant"
-
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
-        member_test_access_grant(
-            member=member, until=data["until"], profile=data["profile"], actor=actor
-        )
-
-
-class TestAccessExtendView(TestAccessActionView):
-    action = "extend"
-
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
-        member_test_access_extend(
-            member=member, until=data["until"], profile=data["profile"], actor=actor
-        )
-
-
-class TestAccessEndView(TestAccessActionView):
-    action = "end"
-    form_class = TestAccessEndForm
-
-    def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
-        member_test_access_end(member=member, note=data["note"], actor=actor)
-
-
-class TestAccessListView(StaffRequiredMixin, View):
-    """Test accesses ending within the next days (default 7), soonest first, paginated."""
-
-    __test__ = False  # not a pytest class
-
-    def get(self, request: HttpRequest) -> HttpResponse:
-        try:
-            days = max(0, min(int(request.GET.get("days", 7)), 365))
-        except ValueError:
-            days = 7
-        members = expiring_test_accesses(actor=request.user, within_days=days)
-        page = Paginator(members, 50).get_page(request.GET.get("page"))
-        context = {
-            "page": page,
-            "days": days,
-            "today": timezone.localdate(),
-            "page_extra": f"&days={days}",
-            "day_choices": [
-                (n, ngettext("%(n)d day", "%(n)d days", n) % {"n": n}) for n in (1, 3, 7, 14, 30)
-            ],
-        }
-        template = "network/test_access_list.html"
-        if htmx_partial(request):
-            template += "#test-access-table"
-        return render(request, template, context)
 
 
 class LiveStateView(LoginRequiredMixin, View):

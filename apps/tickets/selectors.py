@@ -187,7 +187,8 @@ def ticket_member_context(*, actor: User, ticket: Ticket) -> dict[str, Any]:
     Reuses the member dashboard's selectors (membership with room, building and public IPv4;
     the devices the actor may see), so the panel shows what the member sees.
     """
-    from apps.members.selectors import member_devices, member_of_user
+    from apps.members.selectors import member_of_user
+    from apps.network.selectors import member_devices
 
     member = member_of_user(user=ticket.requester) if ticket.requester_id else None
     devices = list(member_devices(actor=actor, member=member)) if member is not None else []

@@ -7,7 +7,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-import apps.network.fields
+import apps.core.fields
 
 
 def create_role_group(apps, schema_editor):
@@ -37,7 +37,7 @@ class Migration(migrations.Migration):
                 ),
                 ("asked_at", models.DateTimeField(auto_now_add=True, verbose_name="asked")),
                 ("actor_name", models.CharField(blank=True, max_length=150)),
-                ("address", apps.network.fields.InetAddressField(verbose_name="address")),
+                ("address", apps.core.fields.InetAddressField(verbose_name="address")),
                 ("at", models.DateTimeField(verbose_name="point in time")),
                 ("reason", models.CharField(max_length=500, verbose_name="reason")),
                 (
@@ -90,7 +90,7 @@ class Migration(migrations.Migration):
                         auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
                     ),
                 ),
-                ("address", apps.network.fields.InetAddressField(verbose_name="address")),
+                ("address", apps.core.fields.InetAddressField(verbose_name="address")),
                 (
                     "kind",
                     models.CharField(
@@ -128,7 +128,7 @@ class Migration(migrations.Migration):
                 ("device_name", models.CharField(blank=True, max_length=60, verbose_name="device")),
                 (
                     "mac",
-                    apps.network.fields.MacAddressField(
+                    apps.core.fields.MacAddressField(
                         blank=True, null=True, verbose_name="MAC address"
                     ),
                 ),

@@ -6,8 +6,8 @@ import django.core.validators
 import django.db.models.deletion
 from django.db import migrations, models
 
+import apps.core.fields
 import apps.dhcp.models
-import apps.network.fields
 
 
 class Migration(migrations.Migration):
@@ -120,11 +120,11 @@ class Migration(migrations.Migration):
                 ("host_name", models.CharField(max_length=64, verbose_name="host")),
                 (
                     "mac",
-                    apps.network.fields.MacAddressField(db_index=True, verbose_name="MAC address"),
+                    apps.core.fields.MacAddressField(db_index=True, verbose_name="MAC address"),
                 ),
                 (
                     "address",
-                    apps.network.fields.InetAddressField(
+                    apps.core.fields.InetAddressField(
                         db_index=True, protocol="IPv4", verbose_name="address"
                     ),
                 ),
@@ -173,7 +173,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "network",
-                    apps.network.fields.CidrField(unique=True, verbose_name="registration range"),
+                    apps.core.fields.CidrField(unique=True, verbose_name="registration range"),
                 ),
                 (
                     "enabled",

@@ -3,7 +3,7 @@
 import django.core.validators
 from django.db import migrations, models
 
-import apps.network.fields
+import apps.core.fields
 
 
 class Migration(migrations.Migration):
@@ -75,7 +75,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="site",
             name="member_network4",
-            field=apps.network.fields.CidrField(
+            field=apps.core.fields.CidrField(
                 db_default="10.100.0.0/16",
                 default="10.100.0.0/16",
                 help_text="The member side's IPv4 network as DHCP hands it out: it holds the buildings' subnets and registration ranges, and the gateway.",

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.postgres.operations import BtreeGistExtension, TrigramExtension
 from django.db import migrations, models
 
-import apps.network.fields
+import apps.core.fields
 
 
 class Migration(migrations.Migration):
@@ -69,7 +69,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "ipv6_prefix",
-                    apps.network.fields.CidrField(
+                    apps.core.fields.CidrField(
                         blank=True, editable=False, null=True, unique=True, verbose_name="IPv6 /64"
                     ),
                 ),

@@ -6,7 +6,7 @@ import django.core.validators
 import django.db.models.deletion
 from django.db import migrations, models
 
-import apps.network.fields
+import apps.core.fields
 
 
 class Migration(migrations.Migration):
@@ -66,7 +66,7 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("name", models.CharField(max_length=100, unique=True, verbose_name="name")),
-                ("network", apps.network.fields.CidrField(unique=True, verbose_name="network")),
+                ("network", apps.core.fields.CidrField(unique=True, verbose_name="network")),
                 ("active", models.BooleanField(default=True, verbose_name="active")),
             ],
             options={
@@ -98,17 +98,17 @@ class Migration(migrations.Migration):
                 ("name", models.CharField(max_length=60, verbose_name="name")),
                 (
                     "mac",
-                    apps.network.fields.MacAddressField(unique=True, verbose_name="MAC address"),
+                    apps.core.fields.MacAddressField(unique=True, verbose_name="MAC address"),
                 ),
                 (
                     "ipv4",
-                    apps.network.fields.InetAddressField(
+                    apps.core.fields.InetAddressField(
                         protocol="IPv4", unique=True, verbose_name="IPv4 address"
                     ),
                 ),
                 (
                     "ipv6",
-                    apps.network.fields.InetAddressField(
+                    apps.core.fields.InetAddressField(
                         blank=True,
                         null=True,
                         protocol="IPv6",
@@ -149,7 +149,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "address",
-                    apps.network.fields.InetAddressField(
+                    apps.core.fields.InetAddressField(
                         protocol="IPv4", unique=True, verbose_name="address"
                     ),
                 ),
@@ -208,7 +208,7 @@ class Migration(migrations.Migration):
                         choices=[(4, "IPv4"), (6, "IPv6")], verbose_name="family"
                     ),
                 ),
-                ("network", apps.network.fields.CidrField(unique=True, verbose_name="network")),
+                ("network", apps.core.fields.CidrField(unique=True, verbose_name="network")),
                 (
                     "building",
                     models.ForeignKey(

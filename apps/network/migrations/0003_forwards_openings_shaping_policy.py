@@ -7,7 +7,7 @@ import django.db.models.expressions
 import django.db.models.functions.comparison
 from django.db import migrations, models
 
-import apps.network.fields
+import apps.core.fields
 import apps.network.models
 
 
@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
                         auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
                     ),
                 ),
-                ("network", apps.network.fields.CidrField(unique=True, verbose_name="network")),
+                ("network", apps.core.fields.CidrField(unique=True, verbose_name="network")),
                 ("note", models.CharField(blank=True, max_length=200, verbose_name="why")),
             ],
             options={

@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 
 from apps.abuse.services import public_ipv4_assign_record, public_ipv4_quarantine_record
 from apps.audit.services import audit_changes, audit_record
+from apps.core.mac import eui64_interface_id, mac_normalize, mac_validate_unicast
 from apps.network.errors import (
     DeviceNameInUse,
     MacInUse,
@@ -24,7 +25,6 @@ from apps.network.errors import (
     SubnetExhausted,
 )
 from apps.network.hooks import network_changed_on_commit
-from apps.network.mac import eui64_interface_id, mac_normalize, mac_validate_unicast
 from apps.network.models import Device, Family, NetworkSettings, PublicAddress, PublicPool, Subnet
 
 if TYPE_CHECKING:

@@ -194,7 +194,7 @@ def test_a_change_that_rolls_back_leaves_no_history(clock):
 
 
 def test_a_test_access_ending_quarantines_the_address(clock, lookup):
-    from apps.members.services import member_test_access_end, member_test_access_grant
+    from apps.testaccess.services import member_test_access_end, member_test_access_grant
 
     pool_create()
     ann = member_registered(first_name="Ann")

@@ -18,8 +18,8 @@ from apps.audit.sentences import GENERIC_VERBS, SENTENCES, audit_sentence, cause
 from apps.audit.services import audit_record
 from apps.firewall.models import FirewallHost, RuleSetVersion
 from apps.members.choices import MemberStatus
-from apps.members.services import member_test_access_extend
 from apps.notifications.choices import LiveOutcome
+from apps.testaccess.services import member_test_access_extend
 from tests.factories import UserFactory, member_on_test
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -14,9 +14,9 @@ from apps.members.services import (
     member_end,
     member_register,
     member_suspend,
-    member_test_access_grant,
 )
 from apps.network.errors import MemberStateError
+from apps.testaccess.services import member_test_access_grant
 from tests.factories import MemberFactory, RoomFactory, UserFactory, member_active, pool_create
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from apps.audit.models import AuditEntry
-from apps.members.services import member_end, member_suspend, member_test_access_end
+from apps.members.services import member_end, member_suspend
 from apps.network import errors
 from apps.network.models import BlockedPort, NetworkSettings, PortForward
 from apps.network.ports import PortRange, PortRangeError
@@ -15,6 +15,7 @@ from apps.network.services import (
     port_forward_create,
     port_forward_delete,
 )
+from apps.testaccess.services import member_test_access_end
 from tests.factories import (
     MemberFactory,
     device_add,

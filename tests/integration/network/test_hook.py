@@ -9,6 +9,7 @@ from django.db import transaction
 from apps.members import services as members
 from apps.network import errors
 from apps.network import services as network
+from apps.testaccess import services as testaccess
 from tests.factories import BuildingFactory, MemberFactory, RoomFactory, member_active, pool_create
 from tests.factories import device_add as add
 
@@ -63,7 +64,7 @@ def test_activation_calls_the_hook_once(name, hook, django_capture_on_commit_cal
         if name == "check_in":
             members.member_check_in(member=member, actor=None)
         else:
-            members.member_test_access_grant(
+            testaccess.member_test_access_grant(
                 member=member, until=timezone.localdate() + dt.timedelta(days=7), actor=None
             )
     assert hook.call_count == 1

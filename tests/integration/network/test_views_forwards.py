@@ -233,7 +233,7 @@ def test_volunteer_grants_extends_and_ends_a_test_access_from_the_member_page():
     assert 'id="test-access"' in page
     assert "Grant a test access" in page
     until = timezone.localdate() + dt.timedelta(days=5)
-    url = reverse("network:test_access_action", args=[member.pk, "grant"])
+    url = reverse("testaccess:test_access_action", args=[member.pk, "grant"])
     refused = client.post(url, {"grant-until": str(timezone.localdate())}, **HX)
     assert 'id="grant-until-error"' in refused.content.decode()
     from apps.network.models import ShapingProfile
@@ -249,13 +249,13 @@ def test_volunteer_grants_extends_and_ends_a_test_access_from_the_member_page():
     assert "Extend the test access" in page
     assert profile.name in page
     client.post(
-        reverse("network:test_access_action", args=[member.pk, "extend"]),
+        reverse("testaccess:test_access_action", args=[member.pk, "extend"]),
         {"extend-until": str(until + dt.timedelta(days=7)), "extend-profile": profile.pk},
         **HX,
     )
     member.refresh_from_db()
     assert member.test_access_until == until + dt.timedelta(days=7)
-    client.post(reverse("network:test_access_action", args=[member.pk, "end"]), {}, **HX)
+    client.post(reverse("testaccess:test_access_action", args=[member.pk, "end"]), {}, **HX)
     member.refresh_from_db()
     assert member.status == MemberStatus.PENDING
 
@@ -266,7 +266,7 @@ def test_grant_and_extend_refresh_the_panel_in_place_with_the_new_date():
     pool_create()
     member = MemberFactory()
     client = staff()
-    url = reverse("network:test_access_action", args=[member.pk, "grant"])
+    url = reverse("testaccess:test_access_action", args=[member.pk, "grant"])
     refused = client.post(url, {"grant-until": str(timezone.localdate())}, **HX)
     assert 'id="grant-until-error"' in refused.content.decode()
     until = timezone.localdate() + dt.timedelta(days=5)
@@ -285,7 +285,7 @@ def test_grant_and_extend_refresh_the_panel_in_place_with_the_new_date():
     assert "a test access until" in body  # the audit trail has the grant, as a sentence
     later = until + dt.timedelta(days=7)
     body = client.post(
-        reverse("network:test_access_action", args=[member.pk, "extend"]),
+        reverse("testaccess:test_access_action", args=[member.pk, "extend"]),
         {"extend-until": str(later), "extend-profile": profile},
         **HX,
     ).content.decode()
@@ -296,7 +296,7 @@ def test_grant_and_extend_refresh_the_panel_in_place_with_the_new_date():
     assert shown not in facts
     # Without htmx: the member page again, with the message.
     plain = client.post(
-        reverse("network:test_access_action", args=[member.pk, "extend"]),
+        reverse("testaccess:test_access_action", args=[member.pk, "extend"]),
         {"extend-until": str(later + dt.timedelta(days=1)), "extend-profile": profile},
         follow=True,
     ).content.decode()
@@ -307,19 +307,19 @@ def test_test_access_tools_are_404_for_members():
     member = member_on_test()
     client = login(member.user)
     for action in ("grant", "extend", "end"):
-        url = reverse("network:test_access_action", args=[member.pk, action])
+        url = reverse("testaccess:test_access_action", args=[member.pk, action])
         assert client.post(url, {}, **HX).status_code == 404
-    assert client.get(reverse("network:test_access_list")).status_code == 403
+    assert client.get(reverse("testaccess:test_access_list")).status_code == 403
 
 
 def test_list_of_test_accesses_ending_this_week():
     soon = member_on_test(days=2)
     later = member_on_test(days=20)
     client = staff()
-    body = client.get(reverse("network:test_access_list")).content.decode()
+    body = client.get(reverse("testaccess:test_access_list")).content.decode()
     assert str(soon) in body
     assert str(later) not in body
-    body = client.get(reverse("network:test_access_list") + "?days=30", **HX).content.decode()
+    body = client.get(reverse("testaccess:test_access_list") + "?days=30", **HX).content.decode()
     assert str(later) in body
     assert 'id="test-access-table"' in body
     assert "<html" not in body
@@ -327,10 +327,10 @@ def test_list_of_test_accesses_ending_this_week():
 
 def test_list_of_test_accesses_empty_state_and_pagination():
     client = staff()
-    body = client.get(reverse("network:test_access_list")).content.decode()
+    body = client.get(reverse("testaccess:test_access_list")).content.decode()
     assert "No test access ends within the next 7 days." in body
     for _ in range(51):
         member_on_test(days=3)
-    body = client.get(reverse("network:test_access_list")).content.decode()
+    body = client.get(reverse("testaccess:test_access_list")).content.decode()
     assert "Page 1 of 2" in body
     assert "?page=2&amp;days=7" in body

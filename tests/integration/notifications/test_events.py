@@ -176,9 +176,9 @@ def test_changes_older_than_the_window_are_forgotten(hosts, settings):
 
 
 def test_the_test_access_notice_is_a_notice_in_the_members_language():
-    from apps.members.services import expiring_test_accesses_notify
     from apps.network.models import NetworkSettings
     from apps.notifications.services import preference_update
+    from apps.testaccess.services import expiring_test_accesses_notify
     from tests.factories import member_on_test
 
     NetworkSettings.objects.filter(pk=1).update(test_access_notice_days=3)

@@ -67,7 +67,7 @@ def test_panel_for_a_test_access_and_for_a_bare_address(client, support, member)
 
     from django.utils import timezone
 
-    from apps.members.services import member_test_access_grant
+    from apps.testaccess.services import member_test_access_grant
     from tests.factories import MemberFactory
 
     pending = MemberFactory(user=UserFactory(first_name="Tom", last_name="Test"))

@@ -28,9 +28,9 @@ from django.db.models.fields import AutoFieldMixin
 from django.utils import timezone
 
 from apps.accounts.roles import Role
+from apps.core.mac import eui64_interface_id
 from apps.members.choices import HOLDS_PUBLIC_IPV4, MemberStatus
 from apps.members.models import Building, Member, Room, RoomStay, StatusChange
-from apps.network.mac import eui64_interface_id
 from apps.network.models import (
     Device,
     Family,
@@ -41,8 +41,8 @@ from apps.network.models import (
     PublicPool,
     ShapingProfile,
     Subnet,
-    TestAccess,
 )
+from apps.testaccess.models import TestAccess
 
 DEMO_PASSWORD = "demo"  # noqa: S105 - shown in the README; refused without DEBUG unless --force
 DEMO_USERS = [

@@ -3,7 +3,7 @@
 import pytest
 from django.core.exceptions import ValidationError
 
-from apps.network.mac import mac_normalize, mac_parse, mac_validate_unicast
+from apps.core.mac import mac_normalize, mac_parse, mac_validate_unicast
 
 
 @pytest.mark.parametrize(

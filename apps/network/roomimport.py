@@ -26,11 +26,19 @@ from apps.audit.models import AuditEntry
 from apps.members.models import Building, Room
 from apps.network.errors import NetworkError
 from apps.network.models import Family, Subnet
+from apps.network.services import subnet_create
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-__all__ = ["IMPORT_COLUMNS", "ImportError_", "RoomRow", "rooms_csv_parse", "rooms_import"]
+__all__ = [
+    "IMPORT_COLUMNS",
+    "ImportError_",
+    "RoomRow",
+    "import_summary",
+    "rooms_csv_parse",
+    "rooms_import",
+]
 
 IMPORT_COLUMNS = ("building", "building_name", "room", "ipv4_subnet", "ipv6_prefix")
 REQUIRED = ("building", "room")
@@ -240,8 +248,6 @@ def _buildings(
 def _subnets(
     rows: list[RoomRow], buildings: dict[str, Building], actor: User | None, counts: dict[str, int]
 ) -> None:
-    from apps.network.services import subnet_create
-
     existing = {(s.building_id, s.family): s.network for s in Subnet.objects.all()}
     for row in rows:
         building = buildings[row.building]
@@ -353,3 +359,14 @@ def rooms_import(*, data: bytes, actor: User | None) -> dict[str, int]:
     _subnets(rows, buildings, actor, counts)
     _rooms(rows, buildings, actor, counts)
     return counts
+
+
+def import_summary(counts: dict[str, int]) -> str:
+    """What an import did, in one sentence (the admin's message, the command's output)."""
+    return (
+        _(
+            "Imported: %(buildings)d buildings, %(rooms)d rooms, %(subnets)d subnets; "
+            "%(unchanged)d rooms existed already."
+        )
+        % counts
+    )

@@ -10,17 +10,18 @@ from django.utils import timezone
 
 from apps.audit.models import AuditEntry
 from apps.members.choices import MemberStatus
-from apps.members.services import (
-    member_check_in,
+from apps.members.services import member_check_in
+from apps.network.errors import MemberStateError
+from apps.network.models import NetworkSettings, PublicAddress, ShapingProfile
+from apps.notifications.services import notices_mail_flush
+from apps.testaccess import tasks
+from apps.testaccess.models import TestAccess
+from apps.testaccess.services import (
     member_test_access_end,
     member_test_access_extend,
     member_test_access_grant,
 )
-from apps.network.errors import MemberStateError
-from apps.network.models import NetworkSettings, PublicAddress, ShapingProfile, TestAccess
-from apps.notifications.services import notices_mail_flush
 from tests.factories import MemberFactory, device_add, member_on_test, pool_create
-from workers import network as tasks
 
 pytestmark = pytest.mark.django_db
 

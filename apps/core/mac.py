@@ -73,3 +73,9 @@ def eui64_interface_id(mac: str) -> int:
     octets[0] ^= 0x02
     eui = [*octets[:3], 0xFF, 0xFE, *octets[3:]]
     return int.from_bytes(bytes(eui), "big")
+
+
+def mac_fragment(query: str) -> str:
+    """The hex digits of what may be part of a MAC ("ee:ff", "ddeeff", "cafe"), or ""."""
+    digits = re.sub(r"[:\-]", "", query).lower()
+    return digits if 4 <= len(digits) <= 11 and re.fullmatch(r"[0-9a-f]+", digits) else ""

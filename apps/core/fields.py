@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models import Lookup
 from django.utils.translation import gettext_lazy as _
 
-from apps.network.mac import mac_normalize
+from apps.core.mac import mac_normalize
 
 
 class CidrField(models.Field):

@@ -7,9 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from apps.members.admin import import_summary
-from apps.members.roomimport import IMPORT_COLUMNS, rooms_import
 from apps.network.errors import NetworkError
+from apps.network.roomimport import IMPORT_COLUMNS, import_summary, rooms_import
 
 
 class Command(BaseCommand):

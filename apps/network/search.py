@@ -1,0 +1,104 @@
+"""The network side of the office-hours search (members.selectors.member_search): members
+found by a device's MAC or address, or by their public IPv4. Registered with the member search
+through apps/network/extension.py; each lookup uses a narrow index (members migration 0005)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from django.db.models import CharField, F, Func, QuerySet, TextField, Value
+from django.db.models.functions import Cast, Collate
+from django.utils.translation import gettext as _
+
+from apps.core.mac import mac_fragment, mac_parse
+from apps.members.extensions import Found
+from apps.network.models import Device, PublicAddress
+
+
+def member_search_found(*, kind: str, query: str, limit: int) -> Found:
+    """(member id, what matched) for a MAC, an IPv4/IPv6 address, the start of an IPv4 address
+    or part of a MAC (`kind` as members.selectors.search_kind says); [] for anything else."""
+    if kind == "mac":
+        return _devices_found(Device.objects.filter(mac=mac_parse(query)), _("MAC of device {}"))
+    if kind in ("ipv4", "ipv6"):
+        address = str(ipaddress.ip_address(query.strip("[]")))
+        field = "ipv4" if kind == "ipv4" else "ipv6"
+        label = _("IPv4 of device {}") if kind == "ipv4" else _("IPv6 of device {}")
+        found = _devices_found(Device.objects.filter(**{field: address}), label)
+        if kind == "ipv4":
+            found += [
+                (pk, _("public IPv4"))
+                for pk in PublicAddress.objects.filter(
+                    address=address, member__isnull=False
+                ).values_list("member_id", flat=True)
+            ]
+        return found
+    if kind == "ipv4-part":
+        return _ipv4_start_found(query, limit)
+    if kind == "mac-part":
+        return _mac_part_found(mac_fragment(query), limit, query=query)
+    return []
+
+
+def _host_sql(field: str) -> Collate:
+    # The expression of the indexes network_*_host_c (members migration 0005): text of the
+    # address in the C collation, so that a prefix LIKE and ORDER BY both use the btree.
+    return Collate(Func(F(field), function="HOST", output_field=CharField()), "C")
+
+
+def _mac_hex_sql() -> Func:
+    # The expression of the trigram index network_device_mac_hex_trgm (members migration 0005).
+    return Func(
+        Cast("mac", output_field=TextField()),
+        Value(":"),
+        Value(""),
+        function="REPLACE",
+        output_field=TextField(),
+    )
+
+
+def _devices_found(devices: QuerySet[Device], label: str) -> Found:
+    """(member id, label with the device's name) for each device."""
+    return [(pk, label.format(name)) for pk, name in devices.values_list("member_id", "name")]
+
+
+def _ipv4_start_found(query: str, limit: int) -> Found:
+    """Devices and public addresses whose IPv4 starts with `query`, in address order."""
+    devices = (
+        Device.objects.annotate(host=_host_sql("ipv4"))
+        .filter(host__startswith=query)
+        .order_by("host")
+        .values_list("member_id", "name", "host")[:limit]
+    )
+    found = [(pk, _("IPv4 of device {}").format(name) + f" ({host})") for pk, name, host in devices]
+    publics = (
+        PublicAddress.objects.filter(member__isnull=False)
+        .annotate(host=_host_sql("address"))
+        .filter(host__startswith=query)
+        .order_by("host")
+        .values_list("member_id", "host")[:limit]
+    )
+    return found + [(pk, _("public IPv4") + f" ({host})") for pk, host in publics]
+
+
+def _mac_part_found(digits: str, limit: int, *, query: str = "") -> Found:
+    """Devices whose MAC contains these hex digits (trigram index on the MAC's hex digits);
+    typed with separators ("06:6f:00"), only whole bytes in that place count."""
+    # No ORDER BY in SQL: with one, the planner walks the whole MAC index in order hoping to
+    # meet 25 matches early (100 ms for a rare fragment at 100,000 members); the trigram
+    # bitmap finds them all at once, and a fragment of four digits or more matches few.
+    devices = sorted(
+        Device.objects.annotate(hex=_mac_hex_sql(), mac_text=Cast("mac", TextField()))
+        .filter(hex__contains=digits, **_mac_bytes_filter(query))
+        .values_list("mac", "member_id", "name")[: limit * 4],
+        key=lambda row: str(row[0]),
+    )[:limit]
+    return [(pk, _("MAC of device {}").format(name) + f" ({mac})") for mac, pk, name in devices]
+
+
+def _mac_bytes_filter(query: str) -> dict[str, str]:
+    """With separators, the MAC's text must hold the bytes as typed ("06:6f:00", "06-6f-00")."""
+    if not re.search(r"[:\-]", query):
+        return {}
+    return {"mac_text__contains": re.sub(r"-", ":", query.strip(":-")).lower()}

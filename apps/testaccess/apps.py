@@ -1,0 +1,14 @@
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class TestAccessConfig(AppConfig):
+    name = "apps.testaccess"
+    label = "testaccess"
+    verbose_name = _("Test accesses")
+
+    def ready(self) -> None:
+        from apps.members.extensions import member_extension_register
+        from apps.testaccess.extension import TestAccessMemberExtension
+
+        member_extension_register(TestAccessMemberExtension())
