@@ -235,3 +235,25 @@ def test_snapshot_sorts_members_and_children() -> None:
 def test_snapshot_is_frozen() -> None:
     with pytest.raises(AttributeError):
         DEV.ipv4 = None  # type: ignore[misc]
+
+
+def test_the_global_check_of_a_changed_member_still_sees_the_unchanged_ones() -> None:
+    """The check is incremental (members that are the very objects of the last snapshot are
+    not checked again): a conflict between a changed member and an unchanged one, a device that
+    moves between members, and a member that leaves and frees its address are all seen."""
+    one = make_member(1)
+    two = make_member(2, public="198.51.100.9", devices=(s.Device(id=20, ipv4="10.100.0.20"),))
+    make_snapshot((one, two))
+    clash = make_member(2, public="198.51.100.9", devices=(s.Device(id=20, ipv4="10.100.0.10"),))
+    with pytest.raises(SnapshotError, match=r"ipv4 10\.100\.0\.10 is also device #10's"):
+        make_snapshot((one, clash))
+    with pytest.raises(SnapshotError, match=r"public_ipv4 198\.51\.100\.5 is also member #1's"):
+        make_snapshot((one, make_member(2, devices=(s.Device(id=20, ipv4="10.100.0.20"),))))
+    make_snapshot((one, two))  # after a refusal: checked from nothing, and fine
+    # Member 1 leaves: its address and its device are free for member 2 in the same snapshot.
+    taken = make_member(2, public="198.51.100.5", devices=(DEV,))
+    make_snapshot((taken,))
+    make_snapshot((one, two))
+    # The device moves from member 1 to member 2, both changed in one snapshot.
+    moved = make_member(2, public="198.51.100.9", devices=(DEV,))
+    make_snapshot((make_member(1, devices=()), moved))
