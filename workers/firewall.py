@@ -88,8 +88,9 @@ def firewall_sync(self, site_id: int | None = None, cause: str = "") -> None:  #
         with site_lock(site.pk, wait=LOCK_WAIT):
             causes, requests = firewall_causes_take(site.pk)
             summary = "; ".join(causes[:20]) or cause or "sync"
+            timings: dict[str, float] = {}
             try:
-                outcomes = site_sync(site=site, cause=summary)
+                outcomes = site_sync(site=site, cause=summary, timings=timings)
             except CompileError as exc:
                 log.error("firewall.compile_failed", site=site.name, error=str(exc))
                 push_request_report(requests, site=site.name, outcome={"error": str(exc)})
@@ -117,6 +118,7 @@ def firewall_sync(self, site_id: int | None = None, cause: str = "") -> None:  #
                 site=site.name,
                 cause=summary,
                 hosts={o.host: ("ok" if o.ok else o.step) for o in outcomes},
+                seconds=timings,
             )
             if any(o.unreachable for o in outcomes):
                 # Nothing is lost while a host is down: try again with backoff.

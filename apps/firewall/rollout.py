@@ -572,10 +572,18 @@ def _change_waiting(site: Site) -> bool:
     return bool(redis_client().exists(scheduled_key(site.pk)))
 
 
-def site_sync(*, site: Site, cause: str) -> list[PushOutcome]:
+def site_sync(
+    *, site: Site, cause: str, timings: dict[str, float] | None = None
+) -> list[PushOutcome]:
     """Compile and roll out one site (the caller holds its lock), host by host: each host's
-    bundle is compiled just before its turn, so the first host runs a change while the later
-    ones are still compiling. Records the site's state."""
+    bundle is compiled while the host before it applies. Records the site's state. `timings`
+    receives seconds per phase (read, compile and push per host, snapshots stored, total)."""
+    timings = timings if timings is not None else {}
+    begun = time.monotonic()
+
+    def timed(name: str, started: float) -> None:
+        timings[name] = round(timings.get(name, 0) + time.monotonic() - started, 3)
+
     site.mark(SiteStatus.ROLLING_OUT)
     hosts = list(
         FirewallHost.objects.filter(site=site, enabled=True).select_related(
@@ -585,15 +593,21 @@ def site_sync(*, site: Site, cause: str) -> list[PushOutcome]:
     compiled: list[RuleSetVersion] = []
 
     def version_for(host: FirewallHost) -> RuleSetVersion:
+        started = time.monotonic()
         compiled.append(host_compile(host=host, data=data, cause=cause))
+        timed(f"compile {host.name}", started)
         return compiled[-1]
 
     with BackgroundLoop() as background:
         # The hosts' handshakes run while the database is read.
         sessions = {h.pk: session_for(h, loop=background).start() for h in hosts if not h.is_pinned}
         try:
+            started = time.monotonic()
             data = _snapshot_data(hosts)
+            timed("read", started)
+            started = time.monotonic()
             outcomes = _rollout(hosts, version_for, background=background, sessions=sessions)
+            timed("rollout", started)
         except CompileError as exc:
             site.mark(SiteStatus.FAILED, f"compile: {exc}")
             raise
@@ -607,12 +621,15 @@ def site_sync(*, site: Site, cause: str) -> list[PushOutcome]:
     if not _change_waiting(site):
         # Off the critical path: after the rollout, and only when no change waits for the lock
         # (that run stores the snapshot of its newer versions instead).
+        started = time.monotonic()
         version_snapshots_store(versions=compiled)
+        timed("snapshots", started)
     failed = [o for o in outcomes if not o.ok]
     if failed:
         site.mark(SiteStatus.FAILED, "; ".join(f"{o.host}: {o.step}: {o.message}" for o in failed))
     else:
         site.mark(SiteStatus.IDLE)
+    timed("total", begun)
     return outcomes
 
 
