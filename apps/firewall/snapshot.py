@@ -6,12 +6,9 @@ a member whose row and trigger-kept revision (migration 0004) are unchanged is r
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import ipaddress
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -177,7 +174,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         changed = [mid for mid, key in keys.items() if known.get(mid) != key]
         if changed:
             by_id = None if len(changed) > FULL_READ_SHARE * len(keys) else changed
-            with _gc_paused():
+            with rs.gc_paused():
                 devices, forwards, openings, macs = _member_parts_read(by_id)
                 for mid in changed:
                     cache.members[mid] = _member_build(keys[mid], devices, forwards, openings)
@@ -235,19 +232,6 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
 
 
 _Parts = dict[int, list[Any]]
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while hundreds of thousands of acyclic objects are made:
-    each collection would walk all of them again (it cost 40% of a 20,000-member read)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _Parts, _Parts]:
