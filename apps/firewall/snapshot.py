@@ -268,22 +268,24 @@ def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _P
             "target_last",
         )
     ):
-        forwards[member_id].append(
-            forward(
-                fid,
-                protocol,
-                port_range(p1, p2, f"port forward #{fid} public ports"),
-                device_id,
-                port_range(t1, t2, f"port forward #{fid} target ports"),
-            )
-        )
+        try:  # the forward's name only for the message (an f-string per row is not free)
+            public, target = port_range(p1, p2), port_range(t1, t2)
+        except rs.SnapshotError:
+            public = port_range(p1, p2, f"port forward #{fid} public ports")
+            target = port_range(t1, t2, f"port forward #{fid} target ports")
+        forwards[member_id].append(forward(fid, protocol, public, device_id, target))
     openings: _Parts = defaultdict(list)
     for member_id, oid, device_id, protocol, first, last in _rows(
         Ipv6Opening.objects.filter(mine_via_device, OPENING_CARRIED).values_list(
             "device__member_id", "id", "device_id", "protocol", "port_first", "port_last"
         )
     ):
-        ports = None if first is None else (first, last)
+        ports = None
+        if first is not None:
+            try:
+                ports = port_range(first, last)  # shared
+            except rs.SnapshotError:
+                ports = (first, last)  # the Opening names itself in the message
         openings[member_id].append(rs.Opening(oid, device_id, protocol, ports))
     return devices, forwards, openings, macs
 

@@ -23,7 +23,7 @@ import itertools
 import json
 import re
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -122,14 +122,41 @@ def text6(address: IPv6Address) -> str:
     return _ntop(_AF6, address._ip.to_bytes(16, "big"))  # type: ignore[attr-defined]
 
 
+_new = object.__new__
+_from_bytes = int.from_bytes
+
+
+_Address = TypeVar("_Address", IPv4Address, IPv6Address)
+
+
+def _parse_address(family: int, cls: type[_Address], value: Any) -> _Address | None:
+    """The usual address text as an address of `cls` at C speed, or None (then `_ipv4` or
+    `_ipv6` says what is wrong). inet_pton is strict (no leading zeros, no mask, no "%zone"),
+    so what it accepts is what `cls(text)` would give; the object gets its integer directly,
+    which is all that the ipaddress constructors do with an int."""
+    if type(value) is not str:
+        return None
+    try:
+        n = _from_bytes(_pton(family, value), "big")
+    except OSError:
+        return None
+    address = _new(cls)
+    address._ip = n  # type: ignore[attr-defined]
+    if family == _AF6:
+        address._scope_id = None  # type: ignore[attr-defined]
+    return address
+
+
+_parse4 = functools.partial(_parse_address, _AF4, IPv4Address)
+_parse6 = functools.partial(_parse_address, _AF6, IPv6Address)
+
+
 def _ipv4(value: Any, what: str) -> IPv4Address:
     if type(value) is IPv4Address:
         return value
-    if type(value) is str:
-        try:  # the fast path for the usual text (inet_pton is strict: no leading zeros)
-            return IPv4Address(int.from_bytes(_pton(_AF4, value), "big"))
-        except OSError:
-            pass  # ipaddress explains what is wrong
+    parsed = _parse4(value)
+    if parsed is not None:
+        return parsed
     try:
         addr = ipaddress.ip_address(value)
     except (ValueError, TypeError) as exc:
@@ -142,11 +169,9 @@ def _ipv4(value: Any, what: str) -> IPv4Address:
 def _ipv6(value: Any, what: str) -> IPv6Address:
     if type(value) is IPv6Address:
         return value
-    if type(value) is str:
-        try:
-            return IPv6Address(int.from_bytes(_pton(_AF6, value), "big"))
-        except OSError:
-            pass
+    parsed = _parse6(value)
+    if parsed is not None:
+        return parsed
     try:
         addr = ipaddress.ip_address(value)
     except (ValueError, TypeError) as exc:
@@ -158,9 +183,8 @@ def _ipv6(value: Any, what: str) -> IPv6Address:
     return addr
 
 
-@functools.lru_cache(maxsize=8192)
-def _network_text(value: str) -> IPNetwork | None:
-    """Fast path for the usual "address/length" text (rooms share prefixes: cached)."""
+def _parse_network(value: str) -> IPNetwork | None:
+    """Fast path for the usual "address/length" text, or None (then ipaddress explains)."""
     address, slash, length = value.partition("/")
     if not slash or not length.isdigit() or len(length) > 3:
         return None
@@ -173,6 +197,10 @@ def _network_text(value: str) -> IPNetwork | None:
     if plen > bits or n & ((1 << (bits - plen)) - 1):
         return None
     return cls((n, plen))
+
+
+# Networks named by many values (subnets, pools, management networks) are parsed once.
+_network_text = functools.lru_cache(maxsize=8192)(_parse_network)
 
 
 def _network(value: Any, what: str) -> IPNetwork:
@@ -359,8 +387,9 @@ class Dhcp:
         _set(self, "reservations", tuple(out))
 
 
-def _set(obj: object, name: str, value: object) -> None:
-    object.__setattr__(obj, name, value)
+# Sets a field of a frozen dataclass in its __post_init__ (object.__setattr__ itself: no Python
+# frame per call, and the snapshot reader makes hundreds of thousands of values).
+_set: Callable[[object, str, Any], None] = object.__setattr__
 
 
 def _vip(value: Any, what: str, family: int) -> str:
@@ -673,12 +702,14 @@ class Device:
             _id(self.id, "device")
         a4 = self.ipv4
         if a4 is not None and type(a4) is not IPv4Address:
-            _set(self, "ipv4", _ipv4(a4, f"device #{self.id} ipv4"))
+            parsed = _parse4(a4)  # the message only when it is needed
+            _set(self, "ipv4", parsed or _ipv4(a4, f"device #{self.id} ipv4"))
         v6 = self.ipv6
         if type(v6) is tuple and len(v6) == 1:
             a6 = v6[0]
             if type(a6) is not IPv6Address:  # the common case: one address
-                _set(self, "ipv6", (_ipv6(a6, f"device #{self.id} ipv6"),))
+                parsed6 = _parse6(a6)
+                _set(self, "ipv6", (parsed6 or _ipv6(a6, f"device #{self.id} ipv6"),))
             return
         if not v6:
             if type(v6) is not tuple:
@@ -705,8 +736,10 @@ class PortForward:
         what = "port forward"
         if type(self.id) is not int or self.id < 1:
             _id(self.id, what)
-        if type(self.protocol) is not Protocol:
-            _set(self, "protocol", _protocol(self.protocol, f"{what} #{self.id}"))
+        proto = self.protocol
+        if type(proto) is not Protocol:
+            known = _PROTOCOLS.get(proto) if type(proto) is str else None
+            _set(self, "protocol", known or _protocol(proto, f"{what} #{self.id}"))
         pp, tp = self.public_ports, self.target_ports
         if type(pp) is not PortRange:
             pp = PortRange.of(pp, f"{what} #{self.id} public ports")
@@ -739,11 +772,14 @@ class Opening:
     description: str = field(default="", compare=False)  # never rendered
 
     def __post_init__(self) -> None:
+        if type(self.id) is not int or self.id < 1:
+            _id(self.id, "IPv6 opening")
         what = f"IPv6 opening #{self.id}"
-        _id(self.id, "IPv6 opening")
         _id(self.device_id, f"{what} device")
-        if type(self.protocol) is not Protocol:
-            _set(self, "protocol", _protocol(self.protocol, what))
+        proto = self.protocol
+        if type(proto) is not Protocol:
+            known = _PROTOCOLS.get(proto) if type(proto) is str else None
+            _set(self, "protocol", known or _protocol(proto, what))
         if self.ports is not None and type(self.ports) is not PortRange:
             _set(self, "ports", PortRange.of(self.ports, f"{what} ports"))
         if not isinstance(self.description, str):
@@ -767,14 +803,19 @@ class Member:
             _id(self.id, "member")
         pub = self.public_ipv4
         if pub is not None and type(pub) is not IPv4Address:
-            _set(self, "public_ipv4", _ipv4(pub, f"member #{self.id} public_ipv4"))
+            parsed = _parse4(pub)  # the message only when it is needed
+            _set(self, "public_ipv4", parsed or _ipv4(pub, f"member #{self.id} public_ipv4"))
         if self.shaping is not None and type(self.shaping) is not Shaping:
             raise SnapshotError(f"member #{self.id}: shaping is not a Shaping")
-        if self.ipv6_prefixes:
+        prefixes = self.ipv6_prefixes
+        if prefixes:
+            net = _room_prefix(prefixes)
             _set(
                 self,
                 "ipv6_prefixes",
-                _networks(self.ipv6_prefixes, f"member #{self.id} ipv6 prefixes", 6),
+                (net,)
+                if net is not None
+                else _networks(prefixes, f"member #{self.id} ipv6 prefixes", 6),
             )
         devices = _canonical(self, "devices", Device, "device")
         forwards = _canonical(self, "forwards", PortForward, "port forward")
@@ -816,6 +857,17 @@ class Member:
                 )
         if enabled > 1:
             _check_forward_overlap(self.id, forwards)
+
+
+def _room_prefix(prefixes: Any) -> IPv6Network | None:
+    """The usual member's prefixes, one room /64 as text, as its IPv6Network; None otherwise
+    (then `_networks` checks and explains). Not through `_network_text`'s cache: every member
+    has a room of its own, so it would only evict the shared networks."""
+    if type(prefixes) is tuple and len(prefixes) == 1 and type(prefixes[0]) is str:
+        net = _parse_network(prefixes[0])
+        if type(net) is IPv6Network:
+            return net
+    return None
 
 
 def _outside_prefixes(member_id: int, device_id: int, address: IPv6Address) -> None:
