@@ -33,6 +33,7 @@ so no member can send from another member's addresses.
 from __future__ import annotations
 
 import ipaddress
+import operator
 import socket
 from collections.abc import Iterable
 
@@ -813,6 +814,9 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
     )
 
 
+_class_order = operator.attrgetter("major", "minor", "rate_kbit", "ceil_kbit")
+
+
 def shapers(snapshot: Snapshot) -> tuple[Shaper, ...]:
     """HTB trees: download on member-side interfaces, upload on uplinks; one class per member."""
     host = snapshot.host
@@ -826,8 +830,8 @@ def shapers(snapshot: Snapshot) -> tuple[Shaper, ...]:
         minor = minors[m.id]
         down.append(HtbClass(major, minor, m.shaping.down_kbit, m.shaping.down_kbit))
         upc.append(HtbClass(major, minor, m.shaping.up_kbit, m.shaping.up_kbit))
-    down.sort()
-    upc.sort()
+    down.sort(key=_class_order)  # HtbClass order, compared in C (not its generated __lt__)
+    upc.sort(key=_class_order)
     out = [
         Shaper(dev, host.shaping_root, host.tx_queues, host.link_kbit, tuple(down))
         for dev in host.member_interfaces

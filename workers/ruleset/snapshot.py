@@ -21,6 +21,7 @@ import gc
 import ipaddress
 import itertools
 import json
+import operator
 import re
 import socket
 from collections.abc import Callable, Iterable, Iterator
@@ -921,6 +922,9 @@ def _check_forward_overlap(member_id: int, forwards: tuple[PortForward, ...]) ->
             )
 
 
+_by_id = operator.attrgetter("id")  # a sort key compared in C
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one firewall host needs: policy, host, members (sorted by id), cross-checked."""
@@ -945,7 +949,7 @@ class Snapshot:
         for m in self.members:
             if type(m) is not Member:
                 raise SnapshotError(f"snapshot: {m!r} is not a Member")
-        members = tuple(sorted(self.members, key=lambda m: m.id))
+        members = tuple(sorted(self.members, key=_by_id))
         _set(self, "members", members)
         _check_global(self.host, members)
 
