@@ -70,23 +70,28 @@ class ShapingRoot(enum.StrEnum):
     MQ = "mq"  # mq root, one HTB per hardware tx queue: scales over cores
 
 
+GC_PROMOTE_AT = 50_000  # objects made during a pause: promoted without a walk from here on
+
+
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while hundreds of thousands of acyclic objects are made
     (snapshot values, elements): each collection would walk all of them again (it cost 40% of
     a 20,000-member read and a third of a compile from nothing).
 
-    On the way out, what was made is moved to the oldest generation without being walked
-    (`gc.freeze()` + `gc.unfreeze()`: two list splices), so re-enabling the collector does not
-    start with one collection over all of it (a pause alone only defers that walk). The objects
-    stay collectable; they meet the next full collection like any long-lived object. Skipped
-    when the process froze objects on purpose (a pre-fork server): those must stay frozen."""
+    When the pause made many objects (a read or compile from nothing), they are moved to the
+    oldest generation on the way out without being walked (`gc.freeze()` + `gc.unfreeze()`:
+    two list splices), so re-enabling the collector does not start with one collection over
+    all of them (a pause alone only defers that walk). They stay collectable: they meet the
+    next full collection like any long-lived object. A small pause (one member changed) leaves
+    the generations as they are; so does a process that froze objects on purpose (a pre-fork
+    server): those must stay frozen."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if not gc.get_freeze_count():
+        if gc.get_count()[0] >= GC_PROMOTE_AT and not gc.get_freeze_count():
             gc.freeze()
             gc.unfreeze()
         if was_enabled:

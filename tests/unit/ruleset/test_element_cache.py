@@ -112,9 +112,10 @@ def test_gc_pause_restores_the_collector_and_leaves_objects_collectable():
         assert not gc.isenabled()
         node = Node()
         node.me = node  # a cycle: only the collector can free it
+        made = [[] for _ in range(s.GC_PROMOTE_AT)]  # enough to be promoted on the way out
     assert gc.isenabled()
     assert gc.get_freeze_count() == 0  # moved to the old generation, not left frozen
     gone = weakref.ref(node)
-    del node
+    del node, made
     gc.collect()
     assert gone() is None
