@@ -6,12 +6,9 @@ a member whose row and trigger-kept revision (migration 0004) are unchanged is r
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import ipaddress
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -177,7 +174,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         changed = [mid for mid, key in keys.items() if known.get(mid) != key]
         if changed:
             by_id = None if len(changed) > FULL_READ_SHARE * len(keys) else changed
-            with _gc_paused():
+            with rs.gc_paused():
                 devices, forwards, openings, macs = _member_parts_read(by_id)
                 for mid in changed:
                     cache.members[mid] = _member_build(keys[mid], devices, forwards, openings)
@@ -237,19 +234,6 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
 _Parts = dict[int, list[Any]]
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while hundreds of thousands of acyclic objects are made:
-    each collection would walk all of them again (it cost 40% of a 20,000-member read)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _Parts, _Parts]:
     """Typed devices, enabled forwards and openings per member id, and each device's
     (MAC, IPv4) for DHCP: of networked members (`member_ids` None) or of the given members.
@@ -284,22 +268,24 @@ def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _P
             "target_last",
         )
     ):
-        forwards[member_id].append(
-            forward(
-                fid,
-                protocol,
-                port_range(p1, p2, f"port forward #{fid} public ports"),
-                device_id,
-                port_range(t1, t2, f"port forward #{fid} target ports"),
-            )
-        )
+        try:  # the forward's name only for the message (an f-string per row is not free)
+            public, target = port_range(p1, p2), port_range(t1, t2)
+        except rs.SnapshotError:
+            public = port_range(p1, p2, f"port forward #{fid} public ports")
+            target = port_range(t1, t2, f"port forward #{fid} target ports")
+        forwards[member_id].append(forward(fid, protocol, public, device_id, target))
     openings: _Parts = defaultdict(list)
     for member_id, oid, device_id, protocol, first, last in _rows(
         Ipv6Opening.objects.filter(mine_via_device, OPENING_CARRIED).values_list(
             "device__member_id", "id", "device_id", "protocol", "port_first", "port_last"
         )
     ):
-        ports = None if first is None else (first, last)
+        ports = None
+        if first is not None:
+            try:
+                ports = port_range(first, last)  # shared
+            except rs.SnapshotError:
+                ports = (first, last)  # the Opening names itself in the message
         openings[member_id].append(rs.Opening(oid, device_id, protocol, ports))
     return devices, forwards, openings, macs
 

@@ -37,6 +37,7 @@ from workers.ruleset.snapshot import (
     ShapingRoot,
     Snapshot,
     SnapshotError,
+    gc_paused,
     port_range,
 )
 
@@ -76,6 +77,7 @@ __all__ = [
     "diff_rulesets",
     "diff_stored",
     "file_artefact",
+    "gc_paused",
     "port_range",
     "render",
 ]

@@ -33,6 +33,7 @@ so no member can send from another member's addresses.
 from __future__ import annotations
 
 import ipaddress
+import operator
 import socket
 from collections.abc import Iterable
 
@@ -48,6 +49,7 @@ from workers.ruleset.snapshot import (
     ShapingRoot,
     Snapshot,
     SnapshotError,
+    gc_paused,
 )
 
 TABLE_FAMILY = "inet"
@@ -257,13 +259,13 @@ def _shared_prefixes(snapshot: Snapshot) -> set[int]:
 ) = range(16)  # fmt: skip
 _Parts = tuple[tuple[int, tuple[str, ...]], ...]  # (set index, elements) for non-empty sets
 
-# Per host: member id -> (member, classid, shared flags of its /64s, its /64s, parts). A worker
+# Per host (and SYN proxy on or off): member id -> (member, classid, shared flags of its /64s, its /64s, parts). A worker
 # compiles again and again while few members change; the snapshot reader hands over the same
 # Member objects for unchanged members, so their elements are reused as they are (identity
 # check, plus the two things outside the member that shape them: its HTB class and whether
 # each of its /64s is shared with another member). Bounded: only the last compile's members.
 _ELEMENT_CACHE: dict[
-    str, dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]]
+    tuple[str, bool], dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]]
 ] = {}
 _ELEMENT_CACHE_HOSTS = 64
 
@@ -273,13 +275,23 @@ def _own_prefixes(m: Member) -> tuple[int, ...]:
     return tuple(dict.fromkeys(a._ip >> 64 for d in m.devices for a in d.ipv6))  # type: ignore[attr-defined]
 
 
-def _member_elements(m: Member, classid: str, shared: set[int]) -> _Parts:
-    """One member's elements of every per-member set (see `member_sets`)."""
-    out: list[list[str]] = [[] for _ in range(16)]
-    tcp, udp = Protocol.TCP, Protocol.UDP
-    ntoa, ntop, af6, l4 = _ntoa, _ntop, _AF6, _L4
+def _member_elements(m: Member, classid: str, shared: set[int], syn: bool = True) -> _Parts:
+    """One member's elements of every per-member set (see `member_sets`); the SYN proxy's
+    `syn_fwd4` elements only with `syn` (the set exists only then).
+
+    Every set has its own local list (no list of 16 lists per member): a cold compile runs
+    this once per member, so each avoided allocation and index counts."""
+    ntoa, ntop, af6 = _ntoa, _ntop, _AF6
     pub = m.public_ipv4
     pub_s = ntoa(pub._ip.to_bytes(4, "big")) if pub is not None else ""  # type: ignore[attr-defined]
+    src_nat: list[str] = []
+    acct4: list[str] = []
+    nopub4: list[str] = []
+    shape4: list[str] = []
+    src6: list[str] = []
+    shape6: list[str] = []
+    src6_net: list[str] = []
+    shape6_net: list[str] = []
     dev4: dict[int, str] = {}
     last = -1  # the member's last own /64 (devices of a member share one, usually)
     seen: set[int] = set()  # all its own /64s
@@ -288,12 +300,12 @@ def _member_elements(m: Member, classid: str, shared: set[int]) -> _Parts:
         if a4 is not None:
             s4 = dev4[d.id] = ntoa(a4._ip.to_bytes(4, "big"))  # type: ignore[attr-defined]
             if pub is not None:
-                out[SRC_NAT].append(f"{s4} : {pub_s}")
-                out[ACCT4].append(s4)
+                src_nat.append(f"{s4} : {pub_s}")
+                acct4.append(s4)
             else:
-                out[NOPUB4].append(s4)
+                nopub4.append(s4)
             if classid:
-                out[SHAPE4].append(f"{s4} : {classid}")
+                shape4.append(f"{s4} : {classid}")
         for a in d.ipv6:
             n = a._ip  # type: ignore[attr-defined]
             p = n >> 64
@@ -301,57 +313,92 @@ def _member_elements(m: Member, classid: str, shared: set[int]) -> _Parts:
                 continue
             if p in shared:
                 s6 = ntop(af6, n.to_bytes(16, "big"))
-                out[SRC6].append(s6)
+                src6.append(s6)
                 if classid:
-                    out[SHAPE6].append(f"{s6} : {classid}")
+                    shape6.append(f"{s6} : {classid}")
             elif p not in seen:
                 seen.add(p)
                 last = p
                 s6 = ntop(af6, (p << 64).to_bytes(16, "big"))
-                out[SRC6_NET].append(s6)
+                src6_net.append(s6)
                 if classid:
-                    out[SHAPE6_NET].append(f"{s6} : {classid}")
+                    shape6_net.append(f"{s6} : {classid}")
+    parts = _nonempty(
+        (SRC_NAT, src_nat), (NOPUB4, nopub4), (SRC6, src6), (SRC6_NET, src6_net),
+        (SHAPE4, shape4), (SHAPE6, shape6), (SHAPE6_NET, shape6_net), (ACCT4, acct4),
+    )  # fmt: skip
+    if m.forwards:
+        parts += _forward_elements(m, pub_s, dev4, syn)
+    if m.openings:
+        parts += _opening_elements(m)
+    return tuple(parts)
+
+
+def _nonempty(*pairs: tuple[int, list[str]]) -> list[tuple[int, tuple[str, ...]]]:
+    """(set index, elements) of the sets that got elements."""
+    return [(index, tuple(elements)) for index, elements in pairs if elements]
+
+
+def _forward_elements(
+    m: Member, pub_s: str, dev4: dict[int, str], syn: bool
+) -> list[tuple[int, tuple[str, ...]]]:
+    """A member's DNAT elements (fwd_tcp, fwd_udp, fwd_both, fwd_ranges) and, with `syn`,
+    the public side of its TCP forwards (syn_fwd4), as (set index, elements) pairs."""
+    tcp, udp, l4 = Protocol.TCP, Protocol.UDP, _L4
+    fwd_tcp: list[str] = []
+    fwd_udp: list[str] = []
+    fwd_both: list[str] = []
+    ranges: list[str] = []
+    syn4: list[str] = []
     for f in m.forwards:
         if not f.enabled:
             continue
         pp = f.public_ports
-        tp = f.target_ports
-        first = pp.first
+        first, plast = pp.first, pp.last
         proto = f.protocol
-        single = out[FWD_TCP] if proto is tcp else out[FWD_UDP] if proto is udp else out[FWD_BOTH]
-        if proto is not udp:  # the public side of a TCP forward (the SYN proxy's set)
-            out[SYN4].append(
-                f"{pub_s} . {first}" if first == pp.last else f"{pub_s} . {first}-{pp.last}"
-            )
-        if first == pp.last:
+        single = fwd_tcp if proto is tcp else fwd_udp if proto is udp else fwd_both
+        if syn and proto is not udp:  # the public side of a TCP forward (the SYN proxy's set)
+            syn4.append(f"{pub_s} . {first}" if first == plast else f"{pub_s} . {first}-{plast}")
+        tp = f.target_ports
+        if first == plast:
             single.append(f"{pub_s} . {first} : {dev4[f.device_id]} . {tp.first}")
         elif first == tp.first:
             target = dev4[f.device_id]
-            out[FWD_RANGES] += [f"{pub_s} . {p} . {first}-{pp.last} : {target}" for p in l4[proto]]
+            ranges += [f"{pub_s} . {p} . {first}-{plast} : {target}" for p in l4[proto]]
         else:  # nft has no offset NAT: a shifted range becomes single ports
             target = dev4[f.device_id]
             shift = tp.first - first
             single.extend(
-                f"{pub_s} . {port} : {target} . {port + shift}"
-                for port in range(first, pp.last + 1)
+                f"{pub_s} . {port} : {target} . {port + shift}" for port in range(first, plast + 1)
             )
+    return _nonempty(
+        (FWD_TCP, fwd_tcp), (FWD_UDP, fwd_udp), (FWD_BOTH, fwd_both), (FWD_RANGES, ranges),
+        (SYN4, syn4),
+    )  # fmt: skip
+
+
+def _opening_elements(m: Member) -> list[tuple[int, tuple[str, ...]]]:
+    """A member's IPv6 opening elements (open6_all, open6_ports, open6_ranges) as (set index,
+    elements) pairs."""
+    open_all: list[str] = []
+    open_ports: list[str] = []
+    open_ranges: list[str] = []
     openings = m.openings
-    if openings:
-        o = openings[0]
-        r = o.ports
-        if len(openings) > 1 or r is None or r.first != r.last:
-            _openings(m, out[OPEN_ALL], out[OPEN_PORTS], out[OPEN_RANGES])
-        else:
-            dev_id = o.device_id  # the common case: one opening of a single port
-            for d in m.devices:
-                if d.id == dev_id:
-                    port = r.first
-                    for p in l4[o.protocol]:
-                        for a in d.ipv6:
-                            out[OPEN_PORTS].append(
-                                f"{ntop(af6, a._ip.to_bytes(16, 'big'))} . {p} . {port}"  # type: ignore[attr-defined]
-                            )
-    return tuple((i, tuple(elements)) for i, elements in enumerate(out) if elements)
+    o = openings[0]
+    r = o.ports
+    if len(openings) > 1 or r is None or r.first != r.last:
+        _openings(m, open_all, open_ports, open_ranges)
+    else:
+        dev_id = o.device_id  # the common case: one opening of a single port
+        for d in m.devices:
+            if d.id == dev_id:
+                port = r.first
+                for p in _L4[o.protocol]:
+                    for a in d.ipv6:
+                        open_ports.append(
+                            f"{_ntop(_AF6, a._ip.to_bytes(16, 'big'))} . {p} . {port}"  # type: ignore[attr-defined]
+                        )
+    return _nonempty((OPEN_ALL, open_all), (OPEN_PORTS, open_ports), (OPEN_RANGES, open_ranges))
 
 
 def member_sets(snapshot: Snapshot) -> list[SetDef]:
@@ -369,44 +416,48 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
     shared = _shared_prefixes(snapshot)
     mq = host.shaping_root is ShapingRoot.MQ
     queues = host.tx_queues
-    cache = _ELEMENT_CACHE.get(host.name, {})
+    syn = snapshot.policy.syn_proxy
+    key = (host.name, syn)  # the syn_fwd4 elements are there or not
+    cache = _ELEMENT_CACHE.get(key, {})
     fresh: dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]] = {}
     out: list[list[str]] = [[] for _ in range(16)]
     extend = [lst.extend for lst in out]
-    for m in snapshot.members:
-        mid = m.id
-        classid = ""
-        if m.shaping is not None:
-            major = MQ_QUEUE_MAJOR_BASE + mid % queues if mq else HTB_ROOT_MAJOR
-            classid = f"{major:x}:{minors[mid]:x}"
-        hit = cache.get(mid)
-        if (
-            hit is not None
-            and hit[0] is m
-            and hit[1] == classid
-            and (hit[2] == tuple(p in shared for p in hit[3]) if shared else not any(hit[2]))
-        ):
-            entry = hit
-        else:
-            prefixes = _own_prefixes(m)
-            flags = tuple(p in shared for p in prefixes)
-            entry = (m, classid, flags, prefixes, _member_elements(m, classid, shared))
-        fresh[mid] = entry
-        for index, elements in entry[4]:
-            extend[index](elements)
-    if len(_ELEMENT_CACHE) >= _ELEMENT_CACHE_HOSTS and host.name not in _ELEMENT_CACHE:
+    elements_of = _member_elements
+    with gc_paused():
+        for m in snapshot.members:
+            mid = m.id
+            classid = ""
+            if m.shaping is not None:
+                major = MQ_QUEUE_MAJOR_BASE + mid % queues if mq else HTB_ROOT_MAJOR
+                classid = f"{major:x}:{minors[mid]:x}"
+            hit = cache.get(mid)
+            if (
+                hit is not None
+                and hit[0] is m
+                and hit[1] == classid
+                and (hit[2] == tuple(p in shared for p in hit[3]) if shared else not any(hit[2]))
+            ):
+                entry = hit
+            else:
+                prefixes = _own_prefixes(m)
+                flags = tuple(p in shared for p in prefixes) if shared else (False,) * len(prefixes)
+                entry = (m, classid, flags, prefixes, elements_of(m, classid, shared, syn))
+            fresh[mid] = entry
+            for index, elements in entry[4]:
+                extend[index](elements)
+    if len(_ELEMENT_CACHE) >= _ELEMENT_CACHE_HOSTS and key not in _ELEMENT_CACHE:
         _ELEMENT_CACHE.pop(next(iter(_ELEMENT_CACHE)))
-    _ELEMENT_CACHE[host.name] = fresh
+    _ELEMENT_CACHE[key] = fresh
     v4_port = "ipv4_addr . inet_service"
     v4_proto_port = "ipv4_addr . inet_proto . inet_service"
     v6_port = "ipv6_addr . inet_proto . inet_service"
-    syn = (
+    syn_set = (
         [SetDef("syn_fwd4", "ipv4_addr . inet_service", None, ("interval",), tuple(out[SYN4]))]
-        if snapshot.policy.syn_proxy
+        if syn
         else []
     )
     return [
-        *syn,
+        *syn_set,
         *accounting_sets(out[ACCT4], out[SRC6_NET], out[SRC6]),
         _hash_set("fwd_both", v4_port, v4_port, out[FWD_BOTH]),
         SetDef("fwd_ranges", v4_proto_port, "ipv4_addr", ("interval",), tuple(out[FWD_RANGES])),
@@ -763,6 +814,9 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
     )
 
 
+_class_order = operator.attrgetter("major", "minor", "rate_kbit", "ceil_kbit")
+
+
 def shapers(snapshot: Snapshot) -> tuple[Shaper, ...]:
     """HTB trees: download on member-side interfaces, upload on uplinks; one class per member."""
     host = snapshot.host
@@ -776,8 +830,8 @@ def shapers(snapshot: Snapshot) -> tuple[Shaper, ...]:
         minor = minors[m.id]
         down.append(HtbClass(major, minor, m.shaping.down_kbit, m.shaping.down_kbit))
         upc.append(HtbClass(major, minor, m.shaping.up_kbit, m.shaping.up_kbit))
-    down.sort()
-    upc.sort()
+    down.sort(key=_class_order)  # HtbClass order, compared in C (not its generated __lt__)
+    upc.sort(key=_class_order)
     out = [
         Shaper(dev, host.shaping_root, host.tx_queues, host.link_kbit, tuple(down))
         for dev in host.member_interfaces

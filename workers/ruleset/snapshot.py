@@ -14,15 +14,18 @@ tuple is sorted, so equal data gives an equal snapshot regardless of query order
 from __future__ import annotations
 
 import bisect
+import contextlib
 import enum
 import functools
+import gc
 import ipaddress
 import itertools
 import json
+import operator
 import re
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -68,6 +71,34 @@ class ShapingRoot(enum.StrEnum):
     MQ = "mq"  # mq root, one HTB per hardware tx queue: scales over cores
 
 
+GC_PROMOTE_AT = 50_000  # objects made during a pause: promoted without a walk from here on
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while hundreds of thousands of acyclic objects are made
+    (snapshot values, elements): each collection would walk all of them again (it cost 40% of
+    a 20,000-member read and a third of a compile from nothing).
+
+    When the pause made many objects (a read or compile from nothing), they are moved to the
+    oldest generation on the way out without being walked (`gc.freeze()` + `gc.unfreeze()`:
+    two list splices), so re-enabling the collector does not start with one collection over
+    all of them (a pause alone only defers that walk). They stay collectable: they meet the
+    next full collection like any long-lived object. A small pause (one member changed) leaves
+    the generations as they are; so does a process that froze objects on purpose (a pre-fork
+    server): those must stay frozen."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc.get_count()[0] >= GC_PROMOTE_AT and not gc.get_freeze_count():
+            gc.freeze()
+            gc.unfreeze()
+        if was_enabled:
+            gc.enable()
+
+
 # --------------------------------------------------------------------------- coercion helpers
 
 
@@ -98,14 +129,41 @@ def text6(address: IPv6Address) -> str:
     return _ntop(_AF6, address._ip.to_bytes(16, "big"))  # type: ignore[attr-defined]
 
 
+_new = object.__new__
+_from_bytes = int.from_bytes
+
+
+_Address = TypeVar("_Address", IPv4Address, IPv6Address)
+
+
+def _parse_address(family: int, cls: type[_Address], value: Any) -> _Address | None:
+    """The usual address text as an address of `cls` at C speed, or None (then `_ipv4` or
+    `_ipv6` says what is wrong). inet_pton is strict (no leading zeros, no mask, no "%zone"),
+    so what it accepts is what `cls(text)` would give; the object gets its integer directly,
+    which is all that the ipaddress constructors do with an int."""
+    if type(value) is not str:
+        return None
+    try:
+        n = _from_bytes(_pton(family, value), "big")
+    except OSError:
+        return None
+    address = _new(cls)
+    address._ip = n  # type: ignore[attr-defined]
+    if family == _AF6:
+        address._scope_id = None  # type: ignore[attr-defined]
+    return address
+
+
+_parse4 = functools.partial(_parse_address, _AF4, IPv4Address)
+_parse6 = functools.partial(_parse_address, _AF6, IPv6Address)
+
+
 def _ipv4(value: Any, what: str) -> IPv4Address:
     if type(value) is IPv4Address:
         return value
-    if type(value) is str:
-        try:  # the fast path for the usual text (inet_pton is strict: no leading zeros)
-            return IPv4Address(int.from_bytes(_pton(_AF4, value), "big"))
-        except OSError:
-            pass  # ipaddress explains what is wrong
+    parsed = _parse4(value)
+    if parsed is not None:
+        return parsed
     try:
         addr = ipaddress.ip_address(value)
     except (ValueError, TypeError) as exc:
@@ -118,11 +176,9 @@ def _ipv4(value: Any, what: str) -> IPv4Address:
 def _ipv6(value: Any, what: str) -> IPv6Address:
     if type(value) is IPv6Address:
         return value
-    if type(value) is str:
-        try:
-            return IPv6Address(int.from_bytes(_pton(_AF6, value), "big"))
-        except OSError:
-            pass
+    parsed = _parse6(value)
+    if parsed is not None:
+        return parsed
     try:
         addr = ipaddress.ip_address(value)
     except (ValueError, TypeError) as exc:
@@ -134,9 +190,8 @@ def _ipv6(value: Any, what: str) -> IPv6Address:
     return addr
 
 
-@functools.lru_cache(maxsize=8192)
-def _network_text(value: str) -> IPNetwork | None:
-    """Fast path for the usual "address/length" text (rooms share prefixes: cached)."""
+def _parse_network(value: str) -> IPNetwork | None:
+    """Fast path for the usual "address/length" text, or None (then ipaddress explains)."""
     address, slash, length = value.partition("/")
     if not slash or not length.isdigit() or len(length) > 3:
         return None
@@ -149,6 +204,10 @@ def _network_text(value: str) -> IPNetwork | None:
     if plen > bits or n & ((1 << (bits - plen)) - 1):
         return None
     return cls((n, plen))
+
+
+# Networks named by many values (subnets, pools, management networks) are parsed once.
+_network_text = functools.lru_cache(maxsize=8192)(_parse_network)
 
 
 def _network(value: Any, what: str) -> IPNetwork:
@@ -335,8 +394,9 @@ class Dhcp:
         _set(self, "reservations", tuple(out))
 
 
-def _set(obj: object, name: str, value: object) -> None:
-    object.__setattr__(obj, name, value)
+# Sets a field of a frozen dataclass in its __post_init__ (object.__setattr__ itself: no Python
+# frame per call, and the snapshot reader makes hundreds of thousands of values).
+_set: Callable[[object, str, Any], None] = object.__setattr__
 
 
 def _vip(value: Any, what: str, family: int) -> str:
@@ -649,12 +709,14 @@ class Device:
             _id(self.id, "device")
         a4 = self.ipv4
         if a4 is not None and type(a4) is not IPv4Address:
-            _set(self, "ipv4", _ipv4(a4, f"device #{self.id} ipv4"))
+            parsed = _parse4(a4)  # the message only when it is needed
+            _set(self, "ipv4", parsed or _ipv4(a4, f"device #{self.id} ipv4"))
         v6 = self.ipv6
         if type(v6) is tuple and len(v6) == 1:
             a6 = v6[0]
             if type(a6) is not IPv6Address:  # the common case: one address
-                _set(self, "ipv6", (_ipv6(a6, f"device #{self.id} ipv6"),))
+                parsed6 = _parse6(a6)
+                _set(self, "ipv6", (parsed6 or _ipv6(a6, f"device #{self.id} ipv6"),))
             return
         if not v6:
             if type(v6) is not tuple:
@@ -681,8 +743,10 @@ class PortForward:
         what = "port forward"
         if type(self.id) is not int or self.id < 1:
             _id(self.id, what)
-        if type(self.protocol) is not Protocol:
-            _set(self, "protocol", _protocol(self.protocol, f"{what} #{self.id}"))
+        proto = self.protocol
+        if type(proto) is not Protocol:
+            known = _PROTOCOLS.get(proto) if type(proto) is str else None
+            _set(self, "protocol", known or _protocol(proto, f"{what} #{self.id}"))
         pp, tp = self.public_ports, self.target_ports
         if type(pp) is not PortRange:
             pp = PortRange.of(pp, f"{what} #{self.id} public ports")
@@ -715,11 +779,14 @@ class Opening:
     description: str = field(default="", compare=False)  # never rendered
 
     def __post_init__(self) -> None:
+        if type(self.id) is not int or self.id < 1:
+            _id(self.id, "IPv6 opening")
         what = f"IPv6 opening #{self.id}"
-        _id(self.id, "IPv6 opening")
         _id(self.device_id, f"{what} device")
-        if type(self.protocol) is not Protocol:
-            _set(self, "protocol", _protocol(self.protocol, what))
+        proto = self.protocol
+        if type(proto) is not Protocol:
+            known = _PROTOCOLS.get(proto) if type(proto) is str else None
+            _set(self, "protocol", known or _protocol(proto, what))
         if self.ports is not None and type(self.ports) is not PortRange:
             _set(self, "ports", PortRange.of(self.ports, f"{what} ports"))
         if not isinstance(self.description, str):
@@ -743,14 +810,19 @@ class Member:
             _id(self.id, "member")
         pub = self.public_ipv4
         if pub is not None and type(pub) is not IPv4Address:
-            _set(self, "public_ipv4", _ipv4(pub, f"member #{self.id} public_ipv4"))
+            parsed = _parse4(pub)  # the message only when it is needed
+            _set(self, "public_ipv4", parsed or _ipv4(pub, f"member #{self.id} public_ipv4"))
         if self.shaping is not None and type(self.shaping) is not Shaping:
             raise SnapshotError(f"member #{self.id}: shaping is not a Shaping")
-        if self.ipv6_prefixes:
+        prefixes = self.ipv6_prefixes
+        if prefixes:
+            net = _room_prefix(prefixes)
             _set(
                 self,
                 "ipv6_prefixes",
-                _networks(self.ipv6_prefixes, f"member #{self.id} ipv6 prefixes", 6),
+                (net,)
+                if net is not None
+                else _networks(prefixes, f"member #{self.id} ipv6 prefixes", 6),
             )
         devices = _canonical(self, "devices", Device, "device")
         forwards = _canonical(self, "forwards", PortForward, "port forward")
@@ -792,6 +864,17 @@ class Member:
                 )
         if enabled > 1:
             _check_forward_overlap(self.id, forwards)
+
+
+def _room_prefix(prefixes: Any) -> IPv6Network | None:
+    """The usual member's prefixes, one room /64 as text, as its IPv6Network; None otherwise
+    (then `_networks` checks and explains). Not through `_network_text`'s cache: every member
+    has a room of its own, so it would only evict the shared networks."""
+    if type(prefixes) is tuple and len(prefixes) == 1 and type(prefixes[0]) is str:
+        net = _parse_network(prefixes[0])
+        if type(net) is IPv6Network:
+            return net
+    return None
 
 
 def _outside_prefixes(member_id: int, device_id: int, address: IPv6Address) -> None:
@@ -845,6 +928,9 @@ def _check_forward_overlap(member_id: int, forwards: tuple[PortForward, ...]) ->
             )
 
 
+_by_id = operator.attrgetter("id")  # a sort key compared in C
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one firewall host needs: policy, host, members (sorted by id), cross-checked."""
@@ -869,7 +955,7 @@ class Snapshot:
         for m in self.members:
             if type(m) is not Member:
                 raise SnapshotError(f"snapshot: {m!r} is not a Member")
-        members = tuple(sorted(self.members, key=lambda m: m.id))
+        members = tuple(sorted(self.members, key=_by_id))
         _set(self, "members", members)
         _check_global(self.host, members)
 

@@ -4,7 +4,9 @@ must be exactly what a compile from nothing gives, whatever changed in between."
 from __future__ import annotations
 
 import dataclasses
+import gc
 import importlib
+import weakref
 
 from tests.unit.ruleset.builders import make_member, make_small_members, make_snapshot
 from workers.ruleset import compile_snapshot
@@ -87,3 +89,33 @@ def test_an_unchanged_member_is_not_rendered_again(monkeypatch):
     changed = (*members[:-1], dataclasses.replace(members[-1], public_ipv4="198.51.100.99"))
     compile_snapshot(make_snapshot(members=changed))
     assert rendered == [members[-1].id]
+
+
+def test_switching_the_syn_proxy_on_brings_every_tcp_forward_into_its_set():
+    # The SYN proxy's elements are made only while it is on: a member's cached elements from
+    # a compile without it must not be reused for a compile with it (and back).
+    members = make_small_members()
+    off = make_snapshot(members=members)
+    on = s.Snapshot(
+        policy=dataclasses.replace(off.policy, syn_proxy=True), host=off.host, members=members
+    )
+    for snapshot in (off, on, off, on):
+        assert cached(snapshot) == fresh(snapshot)
+    assert "syn_fwd4" in cached(on)
+
+
+def test_gc_pause_restores_the_collector_and_leaves_objects_collectable():
+    class Node:
+        pass
+
+    with s.gc_paused():
+        assert not gc.isenabled()
+        node = Node()
+        node.me = node  # a cycle: only the collector can free it
+        made = [[] for _ in range(s.GC_PROMOTE_AT)]  # enough to be promoted on the way out
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0  # moved to the old generation, not left frozen
+    gone = weakref.ref(node)
+    del node, made
+    gc.collect()
+    assert gone() is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 
 import pytest
@@ -257,3 +258,52 @@ def test_the_global_check_of_a_changed_member_still_sees_the_unchanged_ones() ->
     # The device moves from member 1 to member 2, both changed in one snapshot.
     moved = make_member(2, public="198.51.100.9", devices=(DEV,))
     make_snapshot((make_member(1, devices=()), moved))
+
+
+@pytest.mark.parametrize(
+    "text", ["10.100.0.5", "0.0.0.1", "255.255.255.255", "2001:db8::1", "::ffff:10.0.0.1", "::"]
+)
+def test_fast_parsed_addresses_equal_what_ipaddress_makes(text: str) -> None:
+    # The readers' fast path builds address objects without their __init__: they must be
+    # indistinguishable from ipaddress's own (equality, hash, text, order, copies).
+    parse = s._parse4 if "." in text and ":" not in text else s._parse6
+    fast, slow = parse(text), ipaddress.ip_address(text)
+    assert type(fast) is type(slow)
+    assert fast == slow
+    assert hash(fast) == hash(slow)
+    assert str(fast) == str(slow)
+    assert repr(fast) == repr(slow)
+    assert not fast < slow
+    assert not slow < fast
+    assert copy.deepcopy(fast) == slow  # through __reduce__, as pickle does
+    if isinstance(slow, ipaddress.IPv6Address):
+        assert fast.scope_id is None
+        assert fast.ipv4_mapped == slow.ipv4_mapped
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: s.Device(1, "010.0.0.1"), "device #1 ipv4"),
+        (lambda: s.Device(1, "10.0.0.1/32"), "device #1 ipv4"),
+        (lambda: s.Device(1, "2001:db8::1"), "address family mismatch"),
+        (lambda: s.Device(1, None, ("fe80::1%eth0",)), "scope id"),
+        (lambda: s.Device(1, None, ("10.0.0.1",)), "address family mismatch"),
+        (lambda: make_member(3, public="2001:db8::1"), "member #3 public_ipv4"),
+        (
+            lambda: s.Member(3, ipv6_prefixes=("2001:db8:100:1::1/64",)),
+            "member #3 ipv6 prefixes",
+        ),
+        (lambda: s.Member(3, ipv6_prefixes=("10.0.0.0/8",)), "member #3 ipv6 prefixes"),
+        (lambda: s.PortForward(7, "icmp", 80, 1, 80), "port forward #7"),
+        (lambda: s.Opening(8, 1, "sctp"), "IPv6 opening #8"),
+    ],
+)
+def test_fast_paths_still_name_what_they_refuse(build: object, message: str) -> None:
+    with pytest.raises(SnapshotError, match=message):
+        build()  # type: ignore[operator]
+
+
+def test_a_room_prefix_given_as_text_is_a_network() -> None:
+    member = s.Member(3, ipv6_prefixes=("2001:db8:100:1::/64",))
+    assert member.ipv6_prefixes == (ipaddress.IPv6Network("2001:db8:100:1::/64"),)
