@@ -40,6 +40,21 @@ def test_exact_and_prefix_matches_come_first(volunteer):
     assert found == [exact.pk, starts.pk, inside.pk]
 
 
+def test_last_names_starting_with_the_word_come_before_first_names(volunteer):
+    first = _member("Rosa", "Adams")
+    last = _member("Ben", "Rossi")
+    inside = _member("Ambrose", "Ng")  # "ros" inside a first name
+    found = [m.pk for m in member_search(actor=volunteer, query="ros")]
+    assert found == [last.pk, first.pk, inside.pk]
+
+
+def test_names_are_listed_ignoring_case(volunteer):
+    vogel, van_dijk = _member("Ben", "Vogel"), _member("Ana", "van Dijk")
+    zoe, anna = _member("Zoe", "Okafor"), _member("Anna", "Okafor")
+    assert [m.pk for m in member_search(actor=volunteer, query="v")] == [van_dijk.pk, vogel.pk]
+    assert [m.pk for m in member_search(actor=volunteer, query="okafor")] == [anna.pk, zoe.pk]
+
+
 def test_every_word_must_match(volunteer):
     anna = _member("Anna", "Larsen")
     _member("Anna", "Silva")
