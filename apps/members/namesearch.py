@@ -38,7 +38,8 @@ def name_search_rows(*, query: str, limit: int) -> list[tuple[int, str, str, str
     """Logins (id, first and last name, e-mail, username) of members whose names, e-mail or
     login match every word, best first: a name equal to the first word or the e-mail/login
     equal to the query (by last name), then last names starting with the first word (by last
-    name), then first names starting with it (by first name), then any other match.
+    name), then first names starting with it (by first name), then any other match (unless
+    the query was a whole e-mail address or login).
 
     One statement, read tier by tier: a tier stops at `limit` and runs only while the tiers
     before it found fewer. A single word may match thousands (a common last name), so each
@@ -114,8 +115,11 @@ def name_search_rows(*, query: str, limit: int) -> list[tuple[int, str, str, str
     first_starts = (
         f"{_UF} LIKE UPPER(%(prefix)s) AND NOT {_UL} LIKE UPPER(%(prefix)s) AND NOT {_EXACT}"
     )
-    # (A name equal to the first word starts with it.)
-    elsewhere = f"NOT {_STARTS} AND NOT {_EXACT_LOGIN}"
+    # (A name equal to the first word starts with it.) An e-mail address or login typed in
+    # full names its member: no search inside every address for it (the trigram index reads
+    # ~100,000 entries for each common trigram of "...@example.org", 10 to 20 ms).
+    typed_in_full = f"NOT EXISTS (SELECT FROM exact u WHERE {_EXACT_LOGIN})"
+    elsewhere = f"{typed_in_full} AND NOT {_STARTS} AND NOT {_EXACT_LOGIN}"
     sql = f"""
         WITH {matches}
         exact AS MATERIALIZED (

@@ -55,6 +55,14 @@ def test_names_are_listed_ignoring_case(volunteer):
     assert [m.pk for m in member_search(actor=volunteer, query="okafor")] == [anna.pk, zoe.pk]
 
 
+def test_an_address_typed_in_full_finds_its_member_only(volunteer):
+    anna = member_active(user=UserFactory(email="anna@uni.example", roles=["member"]))
+    hanna = member_active(user=UserFactory(email="hanna@uni.example", roles=["member"]))
+    assert [m.pk for m in member_search(actor=volunteer, query="anna@uni.example")] == [anna.pk]
+    inside = member_search(actor=volunteer, query="nna@uni.example")
+    assert sorted(m.pk for m in inside) == sorted([anna.pk, hanna.pk])
+
+
 def test_every_word_must_match(volunteer):
     anna = _member("Anna", "Larsen")
     _member("Anna", "Silva")
