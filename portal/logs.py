@@ -107,6 +107,10 @@ def logging_config(*, json: bool, level: str) -> dict[str, Any]:
             "celery.app.trace": {"handlers": ["mail_admins"], "level": "ERROR", "propagate": True},
             "axes": {"level": "WARNING"},
             "asyncssh": {"level": "WARNING"},
+            # aiosmtpd (the mail listener) logs every connection's steps at INFO from its own
+            # thread; the handler logs what matters. (In tests those lines came after pytest
+            # had closed the capture they were meant for: "I/O operation on closed file".)
+            "mail.log": {"level": "WARNING"},
             # Celery adds its own handlers unless told otherwise (worker_hijack_root_logger).
             "celery": {"level": level},
         },

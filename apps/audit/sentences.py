@@ -28,7 +28,7 @@ from django.utils.functional import Promise
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, pgettext_lazy
 
 __all__ = [
     "GENERIC_VERBS",
@@ -168,14 +168,35 @@ SENTENCES: dict[str, tuple[Promise, ...]] = {
 }
 
 # The generic writes of policy rows and admin edits (`<model>.create`, `<model>.save`...).
+# `{thing}` is the object as the verb's object: with its article and, in German, in the
+# accusative ("den gesperrten Portbereich #12"), which "{type} {object}" cannot give.
 GENERIC_VERBS: dict[str, Promise] = {
-    "create": gettext_lazy("{actor} added {type} {object}"),
-    "change": gettext_lazy("{actor} changed {type} {object}"),
-    "save": gettext_lazy("{actor} changed {type} {object}"),
-    "delete": gettext_lazy("{actor} deleted {type} {object}"),
+    "create": gettext_lazy("{actor} added {thing}"),
+    "change": gettext_lazy("{actor} changed {thing}"),
+    "save": gettext_lazy("{actor} changed {thing}"),
+    "delete": gettext_lazy("{actor} deleted {thing}"),
     "probe": gettext_lazy("{actor} tested whether {object} is reachable from the Internet"),
 }
 FALLBACK = gettext_lazy("{actor} made a change to {object} ({what})")
+
+# `{thing}` of the models edited in the admin or as policy; one-row settings have no name.
+THINGS: dict[str, Promise] = {
+    "blockedport": pgettext_lazy("audit object", "the blocked port range {object}"),
+    "building": pgettext_lazy("audit object", "the building {object}"),
+    "cannedresponse": pgettext_lazy("audit object", "the canned response {object}"),
+    "dhcpsettings": pgettext_lazy("audit object", "the DHCP settings"),
+    "firewallhost": pgettext_lazy("audit object", "the firewall host {object}"),
+    "managementnetwork": pgettext_lazy("audit object", "the management network {object}"),
+    "networksettings": pgettext_lazy("audit object", "the network settings"),
+    "publicpool": pgettext_lazy("audit object", "the address pool {object}"),
+    "queue": pgettext_lazy("audit object", "the queue {object}"),
+    "registrationrange": pgettext_lazy("audit object", "the registration range {object}"),
+    "shapingprofile": pgettext_lazy("audit object", "the shaping profile {object}"),
+    "site": pgettext_lazy("audit object", "the site {object}"),
+}
+# Any other model: its type beside the name, or alone when the entry recorded no name.
+THING_NAMED = pgettext_lazy("audit object", "the {type} {object}")
+THING_UNNAMED = pgettext_lazy("audit object", "an entry of the type {type}")
 
 # Object types whose entries link to the member's page (their own pages are the member's).
 MEMBER_TYPES = {"member", "device", "portforward", "ipv6opening", "publicipv4", "preference"}
@@ -261,11 +282,18 @@ def sentence_for(
     actor: str,
     obj: SafeString,
     kind: str = "",
+    model: str = "",
     changes: Mapping[str, Any] | None = None,
 ) -> SafeString:
     """One sentence for `action`: the first template whose values are recorded, else the
-    fallback (which always reads as a sentence)."""
-    values: dict[str, Any] = {"actor": actor, "object": obj, "type": kind}
+    fallback (which always reads as a sentence). `kind` is the type's name in the reader's
+    language, `model` its model name (`blockedport`)."""
+    values: dict[str, Any] = {
+        "actor": actor,
+        "object": obj,
+        "type": kind,
+        "thing": _thing(model, kind=kind, obj=obj),
+    }
     raw: dict[str, Any] = {}
     for field, pair in (changes or {}).items():
         if isinstance(pair, list | tuple) and len(pair) == 2:
@@ -280,6 +308,15 @@ def sentence_for(
         return format_html(str(template), **values, **extra)
     what = action.replace(".", " ").replace("_", " ")
     return format_html(str(FALLBACK), **values, what=what)
+
+
+def _thing(model: str, *, kind: str, obj: SafeString) -> SafeString:
+    """The object of a generic verb: "the firewall host pl-nat1", "den Firewall-Host pl-nat1"."""
+    if model in THINGS:
+        template = THINGS[model]
+    else:
+        template = THING_NAMED if str(obj).strip() else THING_UNNAMED
+    return format_html(str(template), object=obj, type=kind)
 
 
 def _actor_text(entry: Any) -> str:
@@ -302,6 +339,7 @@ def audit_sentence(entry: Any) -> SafeString:
         actor=_actor_text(entry),
         obj=_link(url, entry.object_repr),
         kind=kind,
+        model=model,
         changes=entry.changes,
     )
 
@@ -366,7 +404,10 @@ def _cause_item(item: str, *, actor: str, members: Mapping[int, Any]) -> SafeStr
             obj = _link(_url("members:member_detail", pk), str(member))
         else:
             obj = format_html("#{}", pk)
-        return sentence_for(action, actor=actor, obj=obj, kind=_kind(action.partition(".")[0]))
+        prefix = action.partition(".")[0]
+        return sentence_for(
+            action, actor=actor, obj=obj, kind=_kind(prefix), model=prefix.replace("_", "")
+        )
     for pattern, template in _PLAIN:
         plain = pattern.match(item)
         if plain:

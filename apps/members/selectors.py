@@ -6,17 +6,11 @@ import ipaddress
 import re
 from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth import get_user_model
 from django.db.models import (
-    Case,
-    Exists,
     Func,
-    IntegerField,
-    OuterRef,
     Q,
     QuerySet,
     Value,
-    When,
 )
 from django.db.models.functions import Lower
 from django.utils.translation import gettext as _
@@ -26,6 +20,7 @@ from apps.core.mac import mac_fragment, mac_parse
 from apps.members.choices import MemberStatus
 from apps.members.extensions import Found, member_extensions
 from apps.members.models import Member, Room
+from apps.members.namesearch import name_search_rows
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -233,7 +228,7 @@ def _text_found(*, query: str, limit: int) -> Found:
     with which of those matched."""
     found: Found = []
     words = [w.lower() for w in query.split()]
-    for uid, first, last, email, username in _text_user_ids(query=query, limit=limit):
+    for uid, first, last, email, username in name_search_rows(query=query, limit=limit):
         if all(w in f"{first} {last}".lower() for w in words):
             what = _("name")
         elif all(w in email.lower() for w in words):
@@ -244,56 +239,6 @@ def _text_found(*, query: str, limit: int) -> Found:
             what = _("name and e-mail address")
         found.append((uid, what))
     return found
-
-
-def _text_user_ids(*, query: str, limit: int) -> list[tuple[int, str, str, str, str]]:
-    """Logins (id, first and last name, e-mail, username) of members whose names, e-mail or
-    login match every word, best first.
-
-    Driven from auth_user (trigram GIN indexes for words of three letters or more, btree prefix
-    indexes for shorter ones) with a LIMIT, so a common last name (~900 members in the demo data)
-    never joins or sorts whole member rows: only the ids of the first `limit` logins are fetched.
-    """
-    terms = query.split()
-    condition = Q()
-    for term in terms:
-        if len(term) >= 3:
-            condition &= (
-                Q(first_name__icontains=term)
-                | Q(last_name__icontains=term)
-                | Q(email__icontains=term)
-                | Q(username__icontains=term)
-            )
-        else:
-            # One or two letters: a substring would match nearly everybody and no trigram index
-            # can narrow it, so only the start of a name or login counts.
-            condition &= (
-                Q(first_name__istartswith=term)
-                | Q(last_name__istartswith=term)
-                | Q(username__istartswith=term)
-                | Q(email__istartswith=term)
-            )
-    first = terms[0]
-    rank = Case(
-        When(
-            Q(last_name__iexact=first)
-            | Q(first_name__iexact=first)
-            | Q(email__iexact=query)
-            | Q(username__iexact=query),
-            then=Value(0),
-        ),
-        When(Q(last_name__istartswith=first) | Q(first_name__istartswith=first), then=Value(1)),
-        default=Value(2),
-        output_field=IntegerField(),
-    )
-    users = (
-        get_user_model()
-        .objects.filter(condition, Exists(Member.objects.filter(user_id=OuterRef("pk"))))
-        .annotate(search_rank=rank)
-        .order_by("search_rank", "last_name", "first_name", "pk")
-        .values_list("pk", "first_name", "last_name", "email", "username")
-    )
-    return list(users[:limit])
 
 
 def pending_queue(*, actor: User) -> QuerySet[Member]:

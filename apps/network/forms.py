@@ -71,11 +71,17 @@ class _OwnDeviceForm(forms.Form):
         error_messages={"invalid_choice": _("Choose one of your own devices.")},
     )
 
-    def __init__(self, *args: Any, devices: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, devices: Any = None, shown: list[Device] | None = None, **kwargs: Any
+    ) -> None:
+        """`devices`: the queryset a choice must be in; `shown`: those devices already read
+        for the page, offered as they are (else rendering reads the queryset twice more)."""
         super().__init__(*args, **kwargs)
         field = cast(forms.ModelChoiceField, self.fields["device"])
         field.queryset = devices if devices is not None else Device.objects.none()
         field.empty_label = None
+        if shown is not None:
+            field.choices = [(d.pk, field.label_from_instance(d)) for d in shown]
 
 
 class PortForwardForm(_OwnDeviceForm):

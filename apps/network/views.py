@@ -232,7 +232,8 @@ def forwards_context(
         "forward_count": len(forwards),
         "forward_limit": limit,
         "forward_left": max(0, limit - len(forwards)),
-        "forward_form": form or PortForwardForm(devices=choices, initial={"protocol": "tcp"}),
+        "forward_form": form
+        or PortForwardForm(devices=choices, shown=devices, initial={"protocol": "tcp"}),
         "forward_editing": editing,
         "forward_edit_form": edit_form,
         "forward_notice": notice,
@@ -272,7 +273,8 @@ def openings_context(
         "opening_groups": by_device(openings, devices),
         "opening_count": len(openings),
         "opening_limit": limit,
-        "opening_form": form or Ipv6OpeningForm(devices=choices, initial={"protocol": "tcp"}),
+        "opening_form": form
+        or Ipv6OpeningForm(devices=choices, shown=with_ipv6, initial={"protocol": "tcp"}),
         "opening_editing": editing,
         "opening_edit_form": edit_form,
         "opening_notice": notice,

@@ -21,7 +21,16 @@ def split_list(value: str) -> list[str]:
     return [item.strip() for item in value.replace("\n", ",").split(",") if item.strip()]
 
 
-class ReplyForm(forms.Form):
+class TicketForm(forms.Form):
+    """Labels without Django's ":" suffix, like every other form of the portal (they are
+    rendered with `as_div`, where the suffix is added)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
+
+class ReplyForm(TicketForm):
     body = forms.CharField(label=_("Reply"), widget=forms.Textarea(attrs={"rows": 6}))
     status = forms.ChoiceField(
         label=_("Then set the status to"),
@@ -30,7 +39,7 @@ class ReplyForm(forms.Form):
     )
 
 
-class NoteForm(forms.Form):
+class NoteForm(TicketForm):
     body = forms.CharField(label=_("Internal note"), widget=forms.Textarea(attrs={"rows": 3}))
 
 
@@ -41,7 +50,7 @@ class IncidentChoiceField(forms.ModelChoiceField):
         return obj.choice_label
 
 
-class TicketUpdateForm(forms.Form):
+class TicketUpdateForm(TicketForm):
     status = forms.ChoiceField(label=_("Status"), choices=TicketStatus.choices)
     assignee = forms.ModelChoiceField(label=_("Assignee"), queryset=None, required=False)
     queue = forms.ModelChoiceField(label=_("Queue"), queryset=Queue.objects.all(), required=False)
@@ -65,12 +74,12 @@ class TicketUpdateForm(forms.Form):
         return split_list(self.cleaned_data["tags"])
 
 
-class TicketOpenForm(forms.Form):
+class TicketOpenForm(TicketForm):
     subject = forms.CharField(label=_("Subject"), max_length=300)
     body = forms.CharField(label=_("What happened?"), widget=forms.Textarea(attrs={"rows": 6}))
 
 
-class MemberPostForm(forms.Form):
+class MemberPostForm(TicketForm):
     body = forms.CharField(label=_("Your message"), widget=forms.Textarea(attrs={"rows": 4}))
 
 
@@ -81,7 +90,7 @@ def _default_start() -> Any:
     return timezone.localtime().replace(second=0, microsecond=0)
 
 
-class IncidentForm(forms.Form):
+class IncidentForm(TicketForm):
     title = forms.CharField(label=_("Title"), max_length=200)
     description = forms.CharField(
         label=_("First public update"), widget=forms.Textarea(attrs={"rows": 3}), required=False
@@ -128,7 +137,7 @@ class IncidentForm(forms.Form):
         return split_list(self.cleaned_data["keywords"])
 
 
-class IncidentUpdateForm(forms.Form):
+class IncidentUpdateForm(TicketForm):
     phase = forms.ChoiceField(label=_("Phase"), choices=IncidentPhase.choices)
     body = forms.CharField(label=_("Update"), widget=forms.Textarea(attrs={"rows": 3}))
 
@@ -139,7 +148,7 @@ MASS_REPLY_HELP = _(
 )
 
 
-class MassReplyForm(forms.Form):
+class MassReplyForm(TicketForm):
     """The reply to every active linked ticket; `confirmed_count` is set by the preview, and
     only a post that carries it (still matching) sends."""
 
@@ -170,7 +179,7 @@ class MassReplyForm(forms.Form):
 LINK_MAX_TICKETS = 500
 
 
-class LinkForm(forms.Form):
+class LinkForm(TicketForm):
     tickets = forms.CharField(
         label=_("Ticket numbers"), help_text=_("e.g. 12, 15, #17 or a range 334-353")
     )

@@ -29,6 +29,11 @@ def _sums(qs: Any) -> dict[str, int]:
     return {"bytes_in": got["bytes_in"], "bytes_out": got["bytes_out"]}
 
 
+def _day_sums(rows: Any) -> dict[str, int]:
+    rows = list(rows)
+    return {key: sum(row[key] or 0 for row in rows) for key in ("bytes_in", "bytes_out")}
+
+
 def member_traffic(
     *, member: Any, days: int = 30, now: dt.datetime | None = None
 ) -> dict[str, Any]:
@@ -51,10 +56,16 @@ def member_traffic(
         day = first_day + dt.timedelta(days=i)
         row = per_day.get(day) or {}
         series.append(Day(day, row.get("bytes_in") or 0, row.get("bytes_out") or 0))
+    # The period's totals are the days' sums; the month's too when it began inside the period
+    # (two queries fewer on every dashboard).
+    if month_start.date() >= first_day:
+        month = _day_sums(row for day, row in per_day.items() if day >= month_start.date())
+    else:
+        month = _sums(mine.filter(start__gte=month_start))
     return {
-        "month": _sums(mine.filter(start__gte=month_start)),
+        "month": month,
         "month_start": month_start,
-        "period": _sums(mine.filter(start__gte=since)),
+        "period": _day_sums(per_day.values()),
         "days": days,
         "series": series,
     }

@@ -49,7 +49,7 @@ def test_a_host_changed_in_the_admin_shows_on_its_page_with_old_and_new_value(ad
     assert entry.changes == {"link_kbit": [1000, 2000]}
     with translation.override("en"):
         page = admin_client_.get(reverse("firewall:host_detail", args=[host.name])).text
-    assert "Ada Byron changed firewall host" in page
+    assert "Ada Byron changed the firewall host" in page
 
 
 def test_canned_responses_added_changed_and_deleted_in_the_admin_are_audited(admin_client_):
@@ -127,7 +127,7 @@ def test_the_admins_audit_list_reads_as_sentences_in_the_readers_language(admin_
     admin_client_.post(url, _form_data(admin_client_, host, link_kbit=2000))
     listing = reverse("admin:audit_auditentry_changelist")
     english = admin_client_.get(listing, HTTP_ACCEPT_LANGUAGE="en").text
-    assert "Ada Byron changed firewall host" in english
+    assert "Ada Byron changed the firewall host" in english
     assert "firewallhost.change" in english  # the raw action stays, for the filter
     german = admin_client_.get(listing, HTTP_ACCEPT_LANGUAGE="de").text
-    assert "Ada Byron hat Firewall-Host" in german
+    assert "Ada Byron hat den Firewall-Host" in german

@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 from django.urls import reverse
 from django.utils import formats, timezone, translation
@@ -164,3 +165,37 @@ def test_free_text_causes_stay_readable():
             "Scheduled synchronisation",
             "something new",
         ]
+
+
+@pytest.mark.django_db
+def test_admin_edits_read_with_article_and_case_in_german_named_or_not():
+    host = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    edit = audit_record(actor=None, action="firewallhost.change", obj=host)
+    edit = AuditEntry.objects.select_related("content_type").get(pk=edit.pk)
+    unnamed = AuditEntry.objects.create(
+        action="accessattempt.delete",
+        content_type=ContentType.objects.get(app_label="axes", model="accessattempt"),
+        object_id="3",
+        object_repr="",
+    )
+    causes = "blockedport.create 12, networksettings.save 1 (by sta)"
+    link = f'<a href="{reverse("firewall:host_detail", args=["pl-nat1"])}">pl-nat1</a>'
+    expected = {
+        "en": [
+            f"The portal changed the firewall host {link}",
+            "The portal deleted an entry of the type access attempt",
+            "sta added the blocked port range #12",
+            "sta changed the network settings",
+        ],
+        "de": [
+            f"Das Portal hat den Firewall-Host {link} geändert",
+            "Das Portal hat einen Eintrag der Art „Zugriffsversuch“ gelöscht",
+            "sta hat den gesperrten Portbereich #12 angelegt",
+            "sta hat die Netzeinstellungen geändert",
+        ],
+    }
+    for language, sentences in expected.items():
+        with translation.override(language):
+            read = [str(audit_sentence(edit)), str(audit_sentence(unnamed))]
+            read += [str(s) for s in cause_sentences(causes)]
+        assert read == sentences, language

@@ -14,7 +14,7 @@ from django.utils import timezone, translation
 from apps.audit.sentences import cause_sentences
 from apps.firewall.models import FirewallHost
 from apps.firewall.rollout import ruleset_version_store
-from apps.network.models import BlockedPort, ShapingProfile
+from apps.network.models import ShapingProfile
 from apps.tickets.services import incident_declare, incident_tickets_link, ticket_open
 from tests.factories import UserFactory, member_on_test
 
@@ -53,9 +53,7 @@ def test_the_host_page_says_kompiliert_and_no_seit_vor():
     assert "geladen vor 6" in page
     assert "Kompiliert" in page
     assert "übersetzt" not in page.lower()
-    with translation.override("de"):
-        kind = str(BlockedPort._meta.verbose_name)
-    assert f"ada hat {kind} #3 geändert" in page
+    assert "ada hat den gesperrten Portbereich #3 geändert" in page  # article and case
     assert "blockedport" not in page
 
 

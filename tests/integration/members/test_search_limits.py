@@ -40,6 +40,29 @@ def test_exact_and_prefix_matches_come_first(volunteer):
     assert found == [exact.pk, starts.pk, inside.pk]
 
 
+def test_last_names_starting_with_the_word_come_before_first_names(volunteer):
+    first = _member("Rosa", "Adams")
+    last = _member("Ben", "Rossi")
+    inside = _member("Ambrose", "Ng")  # "ros" inside a first name
+    found = [m.pk for m in member_search(actor=volunteer, query="ros")]
+    assert found == [last.pk, first.pk, inside.pk]
+
+
+def test_names_are_listed_ignoring_case(volunteer):
+    vogel, van_dijk = _member("Ben", "Vogel"), _member("Ana", "van Dijk")
+    zoe, anna = _member("Zoe", "Okafor"), _member("Anna", "Okafor")
+    assert [m.pk for m in member_search(actor=volunteer, query="v")] == [van_dijk.pk, vogel.pk]
+    assert [m.pk for m in member_search(actor=volunteer, query="okafor")] == [anna.pk, zoe.pk]
+
+
+def test_an_address_typed_in_full_finds_its_member_only(volunteer):
+    anna = member_active(user=UserFactory(email="anna@uni.example", roles=["member"]))
+    hanna = member_active(user=UserFactory(email="hanna@uni.example", roles=["member"]))
+    assert [m.pk for m in member_search(actor=volunteer, query="anna@uni.example")] == [anna.pk]
+    inside = member_search(actor=volunteer, query="nna@uni.example")
+    assert sorted(m.pk for m in inside) == sorted([anna.pk, hanna.pk])
+
+
 def test_every_word_must_match(volunteer):
     anna = _member("Anna", "Larsen")
     _member("Anna", "Silva")

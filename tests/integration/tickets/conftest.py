@@ -76,20 +76,27 @@ def eager_tasks():
 
 
 @contextmanager
+def started(controller: Controller):
+    """`controller` serving; stopped afterwards, also when starting it failed (a busy machine
+    can miss `ready_timeout`): its thread would otherwise serve and log until the end."""
+    try:
+        controller.start()
+        yield controller
+    finally:
+        controller.stop(no_assert=True)
+
+
+@contextmanager
 def running_sink(settings):
     """An SMTP server on 127.0.0.1 that receives the portal's outbound mail."""
     handler = SinkHandler()
     port = free_port()
-    controller = Controller(handler, hostname="127.0.0.1", port=port, ready_timeout=5)
-    controller.start()
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
-    settings.EMAIL_USE_TLS, settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = False, "", ""
-    settings.EMAIL_TIMEOUT = 5
-    try:
+    with started(Controller(handler, hostname="127.0.0.1", port=port, ready_timeout=5)):
+        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+        settings.EMAIL_USE_TLS, settings.EMAIL_HOST_USER = False, ""
+        settings.EMAIL_HOST_PASSWORD, settings.EMAIL_TIMEOUT = "", 5
         yield handler
-    finally:
-        controller.stop()
 
 
 @pytest.fixture
@@ -103,8 +110,6 @@ def smtp_sink(settings):
 def listener(smtp_sink, transactional_db):
     """The ticket listener on a free port; `send(bytes_or_message, mail_from=...)` delivers."""
     port = free_port()
-    controller = smtp_controller("127.0.0.1", port, close_connections=True)
-    controller.start()
 
     class Sender:
         def __init__(self) -> None:
@@ -124,8 +129,8 @@ def listener(smtp_sink, transactional_db):
             with smtplib.SMTP("127.0.0.1", port, timeout=10) as smtp:
                 smtp.sendmail(mail_from, [to], raw)
 
-    yield Sender()
-    controller.stop()
+    with started(smtp_controller("127.0.0.1", port, close_connections=True)):
+        yield Sender()
 
 
 def make_mail(

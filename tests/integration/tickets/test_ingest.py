@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import smtplib
+import threading
 from email.policy import SMTP as SMTP_POLICY
 
 import pytest
@@ -94,26 +96,22 @@ def test_attachments_stored_up_to_the_limit(listener, settings):
 
 
 def test_mail_over_the_size_limit_is_refused_by_smtp(listener, settings):
-    from tests.integration.tickets.conftest import free_port
+    from tests.integration.tickets.conftest import free_port, started
     from workers.mail import smtp_controller
 
     settings.PORTAL_MAIL_MAX_BYTES = 4000
     port = free_port()
-    controller = smtp_controller("127.0.0.1", port, close_connections=True)
-    controller.start()
-    try:
-        with (
-            smtplib.SMTP("127.0.0.1", port, timeout=10) as smtp,
-            pytest.raises((smtplib.SMTPSenderRefused, smtplib.SMTPDataError)) as info,
-        ):
-            smtp.sendmail(
-                "a@example.org",
-                ["support@localhost"],
-                make_mail(body=("y" * 70 + "\n") * 150).as_bytes(policy=SMTP_POLICY),
-            )
-        assert info.value.smtp_code == 552  # the sender keeps it and tells the person
-    finally:
-        controller.stop()
+    with (
+        started(smtp_controller("127.0.0.1", port, close_connections=True)),
+        smtplib.SMTP("127.0.0.1", port, timeout=10) as smtp,
+        pytest.raises((smtplib.SMTPSenderRefused, smtplib.SMTPDataError)) as info,
+    ):
+        smtp.sendmail(
+            "a@example.org",
+            ["support@localhost"],
+            make_mail(body=("y" * 70 + "\n") * 150).as_bytes(policy=SMTP_POLICY),
+        )
+    assert info.value.smtp_code == 552  # the sender keeps it and tells the person
     assert not Ticket.objects.exists()
 
 
@@ -271,3 +269,30 @@ def test_listener_refuses_with_451_when_the_mail_cannot_be_stored(listener, monk
     ):
         smtp.sendmail("a@example.org", ["support@localhost"], make_mail().as_bytes())
     assert info.value.smtp_code == 451
+
+
+def test_the_listener_logs_no_connection_chatter_and_leaves_no_server_thread(transactional_db):
+    """aiosmtpd logged each connection's steps at INFO from its own thread, whenever it got to
+    them: in tests after pytest had closed the capture of the test that caused them ("I/O
+    operation on closed file"), in production six lines per mail."""
+    from tests.integration.tickets.conftest import free_port, started
+    from workers.mail import smtp_controller
+
+    records: list[logging.LogRecord] = []
+    keep = logging.Handler()
+    keep.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger().addHandler(keep)
+    before = set(threading.enumerate())
+    port = free_port()
+    try:
+        with (
+            started(smtp_controller("127.0.0.1", port, close_connections=True)),
+            smtplib.SMTP("127.0.0.1", port, timeout=10) as smtp,
+        ):
+            smtp.sendmail("a@example.org", ["support@localhost"], make_mail().as_bytes())
+    finally:
+        logging.getLogger().removeHandler(keep)
+    assert [r.getMessage() for r in records if r.name == "mail.log"] == []
+    assert Ticket.objects.count() == 1
+    servers = [t for t in threading.enumerate() if t not in before and t.name != "mail-store"]
+    assert servers == []

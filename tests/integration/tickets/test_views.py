@@ -314,3 +314,20 @@ def test_attachments_download_only_for_who_may_see_the_ticket(people, alice_tick
     assert login(people["sam"]).get(url).status_code == 200
     page = login(people["sam"]).get(reverse("tickets:ticket_detail", args=[alice_ticket.pk]))
     assert url in page.text
+
+
+@pytest.mark.parametrize("language", ["en", "de"])
+def test_ticket_form_labels_have_no_colon_like_every_other_form(people, alice_ticket, language):
+    pages = [
+        (people["alice"], reverse("tickets:my_tickets")),
+        (people["alice"], reverse("tickets:my_ticket", args=[alice_ticket.pk])),
+        (people["sam"], reverse("tickets:ticket_detail", args=[alice_ticket.pk])),
+        (people["sam"], reverse("tickets:incident_list")),
+    ]
+    for user, url in pages:
+        client = login(user)
+        client.cookies["django_language"] = language
+        page = client.get(url, HTTP_ACCEPT_LANGUAGE=language).text
+        labels = re.findall(r"<label[^>]*>([^<]+)</label>", page)
+        assert labels, url
+        assert [text for text in labels if text.strip().endswith(":")] == [], url

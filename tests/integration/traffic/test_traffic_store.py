@@ -159,6 +159,11 @@ def test_member_view_of_the_month_and_the_days(pair, settings):
     with timezone.override("Europe/Berlin"):
         view = member_traffic(member=ann, days=30, now=NOW)
     assert view["month"] == {"bytes_in": 250, "bytes_out": 90}
+    assert view["period"] == {"bytes_in": 350, "bytes_out": 90}
+    with timezone.override("Europe/Berlin"):  # a week: the month began before it
+        week = member_traffic(member=ann, days=7, now=NOW)
+    assert week["month"] == {"bytes_in": 250, "bytes_out": 90}
+    assert week["period"] == {"bytes_in": 0, "bytes_out": 90}
     by_day = {d.day: (d.bytes_in, d.bytes_out) for d in view["series"] if d.bytes_in or d.bytes_out}
     assert by_day == {
         dt.date(2026, 10, 31): (100, 0),
