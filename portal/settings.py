@@ -231,6 +231,8 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Tasks with a countdown run within 0.1 s of it (Celery's default timer sleeps up to 1 s).
+CELERY_WORKER_TIMER_PRECISION = 0.1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # LOGGING below formats Celery's lines too
 CELERY_TIMEZONE = "UTC"
@@ -287,7 +289,11 @@ PORTAL_FIREWALL_KNOWN_HOSTS = os.environ.get(
 PORTAL_FIREWALL_CONFIRM_WITHIN = env_int("PORTAL_FIREWALL_CONFIRM_WITHIN", 30)
 # Never filtered (the compiler accepts them first); the lab's management net by default.
 PORTAL_MANAGEMENT_NETWORKS = env_list("PORTAL_MANAGEMENT_NETWORKS", "10.255.255.0/28")
-PORTAL_FIREWALL_DEBOUNCE = float(os.environ.get("PORTAL_FIREWALL_DEBOUNCE", "0.3"))
+# A change that arrives while its site's run holds the lock: its run starts this many seconds
+# later (0: at once, and it waits for the lock, polling every 50 ms; either way it carries every
+# change recorded until it takes them). 0.3 s plus Celery's timer granularity cost each change
+# made right after the previous one went live about a second.
+PORTAL_FIREWALL_DEBOUNCE = float(os.environ.get("PORTAL_FIREWALL_DEBOUNCE", "0"))
 # A site's lock expires this long after its holder died (the holder renews it every third).
 PORTAL_FIREWALL_LOCK_TTL = env_int("PORTAL_FIREWALL_LOCK_TTL", 20)
 PORTAL_FIREWALL_SYNC = env_bool("PORTAL_FIREWALL_SYNC", default=True)  # network changes -> push
