@@ -11,20 +11,28 @@ A publish whose connection breaks after the LPUSH but before WAIT's answer is se
 Celery's publish retry, so a task may arrive twice (never zero times): the portal's tasks are
 idempotent (a firewall run compiles the whole database; the beat tasks look at the current state).
 
-Selected by `CELERY_BROKER_TRANSPORT` (portal/redisconf.py) when `REDIS_SENTINELS` is set and
-`REDIS_WAIT_REPLICAS` is not 0; the options come from `CELERY_BROKER_TRANSPORT_OPTIONS`.
+Selected by `CELERY_BROKER_TRANSPORT` (portal/redisconf.py) when `REDIS_SENTINELS` is set (with
+`REDIS_WAIT_REPLICAS=0` publishes do not wait); the options come from
+`CELERY_BROKER_TRANSPORT_OPTIONS`. Kombu's
+failover (`Connection.switch` to the next sentinel's URL) builds the transport from that URL's
+scheme, not from the setting: `keep_on_failover` names this transport for the `sentinel` scheme,
+so a connection that failed over still waits for the replicas.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import kombu.transport
 from kombu.transport.redis import SentinelChannel, SentinelTransport
 from kombu.utils.json import dumps
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from portal.redis import FailoverConnection, ReplicaWait
 
-__all__ = ["ReplicatedSentinelChannel", "ReplicatedSentinelTransport"]
+__all__ = ["ReplicatedSentinelChannel", "ReplicatedSentinelTransport", "keep_on_failover"]
+
+TRANSPORT = "portal.broker:ReplicatedSentinelTransport"
 
 
 class ReplicatedSentinelChannel(SentinelChannel):
@@ -41,6 +49,17 @@ class ReplicatedSentinelChannel(SentinelChannel):
     wait_replicas = 1
     wait_timeout_ms = 500
     _replica_wait: ReplicaWait | None = None
+
+    def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
+        # A channel of a connection the worker gave up after a failover (Celery's consumer calls
+        # `Connection.collect()`, which detaches the transport) may still be asked to put back or
+        # acknowledge a message it delivered; Kombu then tried to open a new pool from the
+        # detached transport and raised AttributeError, which ended the worker. A connection
+        # error instead is what Kombu and Celery expect from a lost broker: the message stays in
+        # Redis's unacknowledged set and is delivered again after the visibility timeout.
+        if self.connection.client is None:
+            raise RedisConnectionError("this broker connection was closed after a failover")
+        return super()._connparams(asynchronous=asynchronous)
 
     @property
     def replica_wait(self) -> ReplicaWait:
@@ -70,3 +89,13 @@ class ReplicatedSentinelTransport(SentinelTransport):
     """`sentinel://` URLs with `ReplicatedSentinelChannel`."""
 
     Channel = ReplicatedSentinelChannel
+
+
+def keep_on_failover(transport: str | None) -> None:
+    """When the broker's transport is this module's, make the `sentinel://` URLs Kombu fails over
+    to use it too (without this, the first failover of a connection quietly switched it to
+    Kombu's own Sentinel transport, whose publishes do not wait for a replica)."""
+    if transport == TRANSPORT:
+        kombu.transport.TRANSPORT_ALIASES["sentinel"] = TRANSPORT
+        # Kombu caches each name's class once resolved: forget the old one if it was.
+        kombu.transport._transport_cache.pop("sentinel", None)

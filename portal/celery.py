@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from typing import Any
 
 from celery import Celery
 from celery.signals import setup_logging
+from celery.worker.consumer import Consumer
 from redbeat import RedBeatScheduler
 
 from portal.logs import bind_celery_task_ids
@@ -30,6 +32,25 @@ app = Celery(
     ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+@app.on_after_configure.connect(weak=False)
+def _broker_failover(sender: Celery, **_: Any) -> None:
+    from portal.broker import keep_on_failover
+
+    keep_on_failover(sender.conf.broker_transport)
+
+
+class PortalConsumer(Consumer):
+    """Celery's consumer (CELERY_WORKER_CONSUMER), trying to reconnect to the broker after 0.5,
+    1, 1.5, ... and then every 5 s instead of Celery's 2, 4, 6, ... 30 s: a Sentinel failover
+    takes a few seconds, and firewall pushes went on up to half a minute after it."""
+
+    def ensure_connected(self, conn: Any) -> Any:
+        conn.ensure_connection = functools.partial(
+            conn.ensure_connection, interval_start=0.5, interval_step=0.5, interval_max=5
+        )
+        return super().ensure_connected(conn)
 
 
 @setup_logging.connect(weak=False)

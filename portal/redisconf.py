@@ -84,17 +84,17 @@ class RedisConfig:
         if self.sentinel_password:
             kwargs["password"] = self.sentinel_password
         options["sentinel_kwargs"] = kwargs
-        if self.wait_replicas:
-            # portal.broker's channel: each publish waits for the replicas (WAIT).
-            options["wait_replicas"] = self.wait_replicas
-            options["wait_timeout_ms"] = self.wait_timeout_ms
+        # portal.broker's channel: with wait_replicas, each publish waits for the replicas (WAIT).
+        options["wait_replicas"] = self.wait_replicas
+        options["wait_timeout_ms"] = self.wait_timeout_ms
         return options
 
     def celery_broker_transport(self) -> str | None:
-        """Kombu's transport: with Sentinel and `wait_replicas`, the portal's own (a publish
-        returns once a replica holds the task); otherwise the URL's scheme decides."""
-        if self.uses_sentinel and self.wait_replicas:
-            return "portal.broker:ReplicatedSentinelTransport"
+        """Kombu's transport: with Sentinel, the portal's own (a publish returns once
+        `wait_replicas` replicas hold it; a connection lost in a failover fails cleanly);
+        otherwise the URL's scheme decides."""
+        if self.uses_sentinel:
+            return "portal.broker:ReplicatedSentinelTransport"  # portal.broker.TRANSPORT
         return None
 
     def celery_publish_retry_policy(self) -> dict[str, float]:

@@ -218,6 +218,8 @@ CELERY_BROKER_URL = REDIS.celery_broker_url()
 # With Sentinel, a publish returns once a replica holds the task (portal/broker.py).
 CELERY_BROKER_TRANSPORT = REDIS.celery_broker_transport()
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None  # a worker waits for its broker (retries every 5 s)
+CELERY_WORKER_CONSUMER = "portal.celery:PortalConsumer"  # reconnects quickly after a failover
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": 3600,
     "socket_connect_timeout": 2,

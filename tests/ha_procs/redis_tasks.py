@@ -16,3 +16,11 @@ def record(i: int) -> None:
     with redis_client().pipeline(transaction=False) as pipe:
         pipe.sadd(DONE_KEY, i)
         replicated_execute(pipe)
+
+
+@shared_task(name="tests.ha.hold", ignore_result=True)
+def hold(seconds: float) -> None:
+    """Runs (unacknowledged: the portal acknowledges late) while the test breaks the broker."""
+    import time
+
+    time.sleep(seconds)

@@ -60,6 +60,27 @@ def _read_lines(proc: subprocess.Popen, into: list[dict], other: list[str]) -> N
             other.append(line)
 
 
+def _worker(log, env: dict[str, str], *args: str) -> subprocess.Popen:
+    """A worker of two threads that knows the test's tasks, on the set in `env`."""
+    return celery_start(
+        "worker",
+        "-Q",
+        "celery",
+        "--pool",
+        "threads",
+        "--concurrency",
+        "2",
+        "--include",
+        "tests.ha_procs.redis_tasks",
+        "--without-mingle",
+        "--without-gossip",
+        *args,
+        log=log,
+        env=env,
+        unset=("REDIS_URL", "CELERY_BROKER_URL"),
+    )
+
+
 def _beat(name: str, tmp_path, env: dict[str, str]) -> subprocess.Popen:
     return beat_start(name, tmp_path, env, unset=("REDIS_URL", "CELERY_BROKER_URL"))
 
@@ -78,23 +99,8 @@ def test_a_killed_primary_fails_over_and_nothing_acknowledged_is_lost(tmp_path, 
         }
         try:
             procs["beat-a"] = _beat("beat-a", tmp_path, beat_env)
-            procs["worker"] = celery_start(
-                "worker",
-                "-Q",
-                "celery",
-                "--pool",
-                "threads",
-                "--concurrency",
-                "2",
-                "--include",
-                "tests.ha_procs.redis_tasks",
-                "--hostname",
-                f"ha-{rset.primary_port}@%h",
-                "--without-mingle",
-                "--without-gossip",
-                log=tmp_path / "worker.log",
-                env=beat_env,
-                unset=("REDIS_URL", "CELERY_BROKER_URL"),
+            procs["worker"] = _worker(
+                tmp_path / "worker.log", beat_env, "--hostname", f"ha-{rset.primary_port}@%h"
             )
             assert wait_until(lambda: SENT in log("beat-a"), 40), log("beat-a")[-2000:]
             procs["beat-b"] = _beat("beat-b", tmp_path, beat_env)
@@ -147,7 +153,7 @@ def test_a_killed_primary_fails_over_and_nothing_acknowledged_is_lost(tmp_path, 
             assert not redis_client().exists(lock_key(SITE))  # released on the new primary
             done = wait_until(lambda: redis_client().scard(DONE_KEY) >= CHANGES, 30)
             ran = {int(i) for i in redis_client().smembers(DONE_KEY)}
-            assert done, (sorted(set(range(CHANGES)) - ran), log("worker")[-3000:])
+            assert done, (sorted(set(range(CHANGES)) - ran), _worker_story(log("worker")))
             assert ran == set(range(CHANGES))
 
             # Beat carried on through the failover: the heartbeat is newer than it. (Beat's lock
@@ -188,6 +194,45 @@ def test_a_killed_primary_fails_over_and_nothing_acknowledged_is_lost(tmp_path, 
                 writer_proc.wait(timeout=5)
             for proc in procs.values():
                 celery_stop(proc)
+
+
+def test_a_worker_running_a_task_through_a_failover_stays_up(tmp_path, sentinel_settings):
+    """A task runs while the primary dies: its acknowledgement goes to the lost connection. Kombu
+    used to raise AttributeError there, which ended the worker ("Unrecoverable error"); now the
+    acknowledgement fails like any on a lost connection and the worker takes the next task."""
+    from celery import Celery
+
+    log = tmp_path / "worker.log"
+    with redis_sentinel_set(tmp_path / "redis") as rset:
+        config = redis_config_from_env(rset.env(), default_url="", default_broker_url="")
+        worker = _worker(log, rset.env())
+        try:
+            assert wait_until(lambda: " ready." in log.read_text(), 40), log.read_text()[-2000:]
+            sender = Celery(
+                broker=config.celery_broker_url(),
+                broker_transport=config.celery_broker_transport(),
+                broker_transport_options=config.celery_transport_options(),
+            )
+            policy = config.celery_publish_retry_policy()
+            sender.send_task("tests.ha.hold", args=[0.3], retry_policy=policy)
+            assert wait_until(lambda: "tests.ha.hold" in log.read_text(), 10)
+            rset.kill_primary()
+            sender.send_task("tests.ha.record", args=[1], retry_policy=policy)
+            sentinel_settings(rset.env())
+            ran = wait_until(lambda: redis_client().sismember(DONE_KEY, 1), 30)
+            text = log.read_text()
+            assert worker.poll() is None, _worker_story(text)
+            assert ran, _worker_story(text)
+            assert "Unrecoverable error" not in text
+        finally:
+            celery_stop(worker)
+
+
+def _worker_story(text: str) -> str:
+    """The worker's connection events and errors (its log's tail is mostly received tasks)."""
+    words = ("consumer:", "Connected", "rror", "Traceback", "Restarting", "Trying")
+    lines = [line for line in text.splitlines() if any(w in line for w in words)]
+    return "\n".join(lines)[-6000:]
 
 
 def _sends(text: str) -> list[datetime]:
@@ -253,6 +298,31 @@ def test_sentinel_settings_reach_every_redis_user():
     assert options["sentinel_kwargs"]["password"] == "s3"
 
 
+def test_a_connection_that_fails_over_still_waits_for_a_replica(monkeypatch):
+    """Kombu's failover builds the next URL's transport from its scheme: the portal's transport
+    (publishes wait for a replica) must survive the switch to the second sentinel."""
+    import kombu.transport
+    from kombu import Connection
+
+    from portal.broker import TRANSPORT, ReplicatedSentinelTransport, keep_on_failover
+
+    config = redis_config_from_env(
+        {"REDIS_SENTINELS": "127.0.0.1:1,127.0.0.1:2", "REDIS_SENTINEL_MASTER": "portal"},
+        default_url="",
+        default_broker_url="",
+    )
+    assert config.celery_broker_transport() == TRANSPORT
+    aliases = kombu.transport.TRANSPORT_ALIASES
+    monkeypatch.setitem(aliases, "sentinel", aliases["sentinel"])  # restored afterwards
+    monkeypatch.setattr(kombu.transport, "_transport_cache", {"sentinel": object})  # a stale one
+    keep_on_failover(config.celery_broker_transport())  # as portal.celery does once configured
+    conn = Connection(config.celery_broker_url(), transport=TRANSPORT)
+    assert conn.transport_cls == TRANSPORT
+    conn.switch(conn.alt[1])
+    assert (conn.hostname, conn.port) == ("127.0.0.1", 2)
+    assert isinstance(conn.transport, ReplicatedSentinelTransport)
+
+
 def _check_with(**env: str) -> subprocess.CompletedProcess:
     """`manage.py check` with production settings and these Redis variables."""
     return subprocess.run(
@@ -305,8 +375,8 @@ def test_wait_settings_are_read_and_named():
     off = redis_config_from_env(
         dict(base, REDIS_WAIT_REPLICAS="0"), default_url="", default_broker_url=""
     )
-    assert off.celery_broker_transport() is None  # kombu's own sentinel transport
-    assert "wait_replicas" not in off.celery_transport_options()
+    assert off.celery_broker_transport() == "portal.broker:ReplicatedSentinelTransport"
+    assert off.celery_transport_options()["wait_replicas"] == 0  # publishes do not wait
     one = redis_config_from_env({"REDIS_URL": "redis://x/0"}, default_url="", default_broker_url="")
     assert one.celery_broker_transport() is None
     for name, value in (("REDIS_WAIT_REPLICAS", "-1"), ("REDIS_WAIT_TIMEOUT_MS", "5")):
