@@ -16,11 +16,10 @@ from django.utils import timezone
 from apps.firewall.choices import PushStep, SiteStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion, Site
 from apps.firewall.transport import (
-    BackgroundLoop,
     FirewallSession,
     FirewallUnreachable,
     HelperReply,
-    session_for,
+    pooled_session_for,
 )
 
 if TYPE_CHECKING:
@@ -114,7 +113,7 @@ class _Push:
         self, host: FirewallHost, version: RuleSetVersion, session: FirewallSession | None = None
     ) -> None:
         self.host, self.version = host, version
-        self.session = session if session is not None else session_for(host)
+        self.session = session if session is not None else pooled_session_for(host)
         self.during_ran = False
 
     def running(self) -> RuleSetVersion | None:
@@ -368,7 +367,6 @@ def _rollout(
     hosts: Iterable[FirewallHost],
     version_for: Callable[[FirewallHost], RuleSetVersion],
     *,
-    background: BackgroundLoop | None = None,
     sessions: dict[int, FirewallSession] | None = None,
 ) -> list[PushOutcome]:
     """Push host by host in rollout order; `version_for(host)` gives (or compiles, just in time)
@@ -376,18 +374,16 @@ def _rollout(
     A refused or unhealthy bundle stops the rollout: it never reaches the next host. An
     unreachable host is skipped: it stays pending and gets the newest version when it returns.
     A pinned host is skipped and says so: staff hold it on the version they put back.
-    `sessions` (on `background`): connections the caller started already."""
+    `sessions`: connections the caller started already."""
     outcomes: list[PushOutcome] = []
     ordered = backup_first([h for h in hosts if h.enabled])
-    own_loop = background is None
-    # Connect to every host that may be due at once, on one loop in its own thread: the
-    # handshakes run while this thread reads and compiles. Connecting runs no helper verb; a
-    # host whose turn never comes sees its connection closed.
-    background = background or BackgroundLoop()
+    # Connect to every host that may be due at once (or take its open connection from this
+    # process's pool), on the pool's loop in its own thread: handshakes run while this thread
+    # reads and compiles. Connecting runs no helper verb.
     sessions = dict(sessions or {})
     for h in ordered:
         if not h.is_pinned and h.pk not in sessions:
-            sessions[h.pk] = session_for(h, loop=background).start()
+            sessions[h.pk] = pooled_session_for(h).start()
     prepared: dict[int, tuple[RuleSetVersion | None, Exception | None]] = {}
 
     def prepare(host: FirewallHost) -> None:
@@ -434,8 +430,6 @@ def _rollout(
     finally:
         for session in sessions.values():
             session.close()
-        if own_loop:
-            background.close()
     return outcomes
 
 
@@ -612,22 +606,23 @@ def site_sync(
         timed(f"compile {host.name}", started)
         return compiled[-1]
 
-    with BackgroundLoop() as background:
-        # The hosts' handshakes run while the database is read.
-        sessions = {h.pk: session_for(h, loop=background).start() for h in hosts if not h.is_pinned}
-        try:
-            started = time.monotonic()
-            data = _snapshot_data(hosts)
-            timed("read", started)
-            started = time.monotonic()
-            outcomes = _rollout(hosts, version_for, background=background, sessions=sessions)
-            timed("rollout", started)
-        except CompileError as exc:
-            site.mark(SiteStatus.FAILED, f"compile: {exc}")
-            raise
-        finally:
-            for session in sessions.values():
-                session.close()
+    # The hosts' handshakes (if their connections are not open already) run while the
+    # database is read.
+    sessions = {h.pk: pooled_session_for(h).start() for h in hosts if not h.is_pinned}
+    try:
+        started = time.monotonic()
+        data = _snapshot_data(hosts)
+        timed("read", started)
+        started = time.monotonic()
+        outcomes = _rollout(hosts, version_for, sessions=sessions)
+        timed("rollout", started)
+        timings["reused"] = sum(s.reused for s in sessions.values())
+    except CompileError as exc:
+        site.mark(SiteStatus.FAILED, f"compile: {exc}")
+        raise
+    finally:
+        for session in sessions.values():
+            session.close()
     # Hosts skipped (pinned) or after a stop get their version too: unpinning pushes it.
     for host in hosts:
         if host.pk not in {v.host_id for v in compiled}:

@@ -179,6 +179,15 @@ pid_alive() { # a zombie (this machine's init reaps slowly) counts as dead
 	[[ -n $state && $state != Z ]]
 }
 
+sshd_sessions() { # HOST: the sshd processes serving connections inside the host's namespace
+	local pid comm
+	for pid in $(ip netns pids "$1" 2>/dev/null || true); do
+		comm=$(cat "/proc/$pid/comm" 2>/dev/null || true)
+		[[ $comm == sshd || $comm == sshd-session ]] && echo "$pid"
+	done
+	return 0
+}
+
 sshd_pid() {
 	local pidfile="$LAB_VAR/$1/sshd.pid" pid
 	[[ -f $pidfile ]] || return 1
@@ -563,8 +572,10 @@ cmd_sshd() { # stop|start HOST
 	host=$(host_arg "${2:-}")
 	if [[ $op == stop ]]; then
 		pid=$(sshd_pid "$host" || true)
+		# The listener and the sessions it serves (the portal keeps its connections open
+		# between pushes): the host is gone for SSH, as when it is down.
 		# shellcheck disable=SC2086
-		kill_pids $pid
+		kill_pids $pid $(sshd_sessions "$host")
 		rm -f "$LAB_VAR/$host/sshd.pid"
 		log "sshd of $host stopped"
 	else

@@ -64,6 +64,16 @@ def lab():
         assert not leftover, f"namespaces left behind: {leftover}"
 
 
+@pytest.fixture(autouse=True)
+def ssh_connections_closed():
+    """Each test starts without the SSH connections the one before left open in this process
+    (apps.firewall.transport.POOL): hosts are reset and sshd restarted between tests."""
+    yield
+    from apps.firewall.transport import POOL
+
+    POOL.close()
+
+
 @pytest.fixture
 def nat1(lab):
     """pl-nat1 holding a confirmed baseline rule set "base-1"."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from lab_support import LAB_VAR, fw, lab_sh, wait_for
+from lab_support import LAB_VAR, fw, lab_sh, run, wait_for
 from push_support import version
 
 from apps.firewall.choices import PushStatus
@@ -166,3 +166,42 @@ def test_staff_rollback_puts_an_older_version_back_and_holds_it(
         versions=[version(h, port=9191) for h in FirewallHost.objects.order_by("rollout_order")]
     )
     assert loaded("pl-nat1") == third[0].content_hash
+
+
+def test_pushes_reuse_the_open_connection_and_notice_when_it_is_gone(hosts):
+    """The worker keeps its SSH connections open between pushes (no handshake on the way to the
+    hosts); a host whose sshd restarted, or whose link went silent, gets a new connection or
+    is reported unreachable, never a hang."""
+    from apps.firewall.transport import POOL
+
+    POOL.close()
+    before = POOL.handshakes
+
+    def push(port: int) -> list[tuple[str, bool, bool]]:
+        live = list(FirewallHost.objects.order_by("rollout_order"))
+        outcomes = ruleset_rollout(versions=[version(h, port=port) for h in live])
+        return [(o.host, o.ok, o.unreachable) for o in outcomes]
+
+    both_ok = [("pl-nat1", True, False), ("pl-nat2", True, False)]
+    assert push(8081) == both_ok
+    assert POOL.handshakes - before == 2
+    assert push(8082) == both_ok
+    assert POOL.handshakes - before == 2  # the same two connections
+    assert loaded("pl-nat1") == version(hosts[0], port=8082).content_hash
+
+    # sshd restarted on nat1 (its sessions ended): the next push connects again.
+    assert lab_sh("sshd-stop", "nat1").returncode == 0
+    assert lab_sh("sshd-start", "nat1").returncode == 0
+    assert push(8083) == both_ok
+    assert POOL.handshakes - before == 3
+
+    # nat1's link goes silent (no reset, no answer): the open connection is given up after the
+    # connect time-out, a new one times out too, the host is unreachable and nat2 is updated.
+    ip = ("ip", "-n", "pl-nat1", "link", "set", "mgmt0")
+    try:
+        assert run(*ip, "down").returncode == 0
+        assert push(8084) == [("pl-nat1", False, True), ("pl-nat2", True, False)]
+    finally:
+        run(*ip, "up")
+    assert wait_for(lambda: push(8085) == both_ok, 20)
+    assert loaded("pl-nat1") == version(hosts[0], port=8085).content_hash
