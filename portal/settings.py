@@ -296,6 +296,9 @@ PORTAL_MANAGEMENT_NETWORKS = env_list("PORTAL_MANAGEMENT_NETWORKS", "10.255.255.
 # change recorded until it takes them). 0.3 s plus Celery's timer granularity cost each change
 # made right after the previous one went live about a second.
 PORTAL_FIREWALL_DEBOUNCE = float(os.environ.get("PORTAL_FIREWALL_DEBOUNCE", "0"))
+# The firewall worker's warm-up at start also opens its SSH connections to the hosts (kept open
+# for the first rollout: apps.firewall.transport.ConnectionPool).
+PORTAL_FIREWALL_WARM_CONNECT = True
 # A site's lock expires this long after its holder died (the holder renews it every third).
 PORTAL_FIREWALL_LOCK_TTL = env_int("PORTAL_FIREWALL_LOCK_TTL", 20)
 PORTAL_FIREWALL_SYNC = env_bool("PORTAL_FIREWALL_SYNC", default=True)  # network changes -> push

@@ -24,6 +24,9 @@ EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 # Network changes are recorded but start no firewall run, except in the pipeline tests
 # (which switch it on and run a real worker).
 PORTAL_FIREWALL_SYNC = False
+# Tests without the lab must not open connections to the lab's addresses (they would leave
+# through the machine's default route); the lab tests connect explicitly.
+PORTAL_FIREWALL_WARM_CONNECT = False
 # The second factor is off here as under `make run`; its own tests switch it on (the
 # `staff_2fa` fixture), so that every other test logs staff in with the password alone.
 PORTAL_REQUIRE_STAFF_2FA = False

@@ -19,13 +19,15 @@ def snapshot_cache_warm() -> None:
     """Build this process's typed members (apps.firewall.snapshot) and compile every enabled
     host once before the first change arrives: at 20,000 members the first read costs about a
     second, and the compile leaves the bundle each host runs in this process's compile cache,
-    so the first change after a (re)start is sent as an increment like every later one."""
+    so the first change after a (re)start is sent as an increment like every later one. It
+    also opens the SSH connections to the hosts (PORTAL_FIREWALL_WARM_CONNECT)."""
+    from django.conf import settings
     from django.db import connection
 
     from apps.firewall.rollout import compiled_warm
 
     try:
-        hosts = compiled_warm()
+        hosts = compiled_warm(connect=settings.PORTAL_FIREWALL_WARM_CONNECT)
         if hosts:
             log.info("firewall.snapshot_cache_warm", hosts=hosts)
     except Exception as exc:  # a warm-up must never stop a worker

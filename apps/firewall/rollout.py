@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -458,24 +459,33 @@ def _compiled_remember(host_id: int, content_hash: str, compiled: Any, snapshot:
         entries.pop(next(iter(entries)))
 
 
-def compiled_warm() -> list[str]:
+def compiled_warm(*, connect: bool) -> list[str]:
     """Read the database and compile every enabled host into this process's caches (members,
-    elements, compiled bundles); returns the hosts whose running bundle is now the base of the
-    next increment."""
+    elements, compiled bundles) and, with `connect`, open its SSH connection (kept open for the
+    first rollout); returns the hosts whose running bundle is now the base of the next
+    increment."""
     from apps.firewall.snapshot import firewall_snapshot_build, snapshot_data_read
     from workers.ruleset import compile_bundle
 
     hosts = list(FirewallHost.objects.filter(enabled=True).select_related("site"))
     if not hosts:
         return []
-    data = snapshot_data_read()
-    ready = []
-    for host in hosts:
-        snapshot = firewall_snapshot_build(host=host, data=data)
-        bundle = compile_bundle(snapshot)
-        _compiled_remember(host.pk, bundle.content_hash, bundle.compiled, snapshot)
-        if host.runs(bundle.content_hash):
-            ready.append(host.name)
+    # The hosts' SSH connections open meanwhile and stay open for the first rollout.
+    sessions = [pooled_session_for(host).start() for host in hosts] if connect else []
+    try:
+        data = snapshot_data_read()
+        ready = []
+        for host in hosts:
+            snapshot = firewall_snapshot_build(host=host, data=data)
+            bundle = compile_bundle(snapshot)
+            _compiled_remember(host.pk, bundle.content_hash, bundle.compiled, snapshot)
+            if host.runs(bundle.content_hash):
+                ready.append(host.name)
+    finally:
+        for session in sessions:
+            with contextlib.suppress(FirewallUnreachable):  # a host that is down: connect later
+                session.__enter__()
+            session.close()
     return ready
 
 

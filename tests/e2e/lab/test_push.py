@@ -205,3 +205,16 @@ def test_pushes_reuse_the_open_connection_and_notice_when_it_is_gone(hosts):
         run(*ip, "up")
     assert wait_for(lambda: push(8085) == both_ok, 20)
     assert loaded("pl-nat1") == version(hosts[0], port=8085).content_hash
+
+
+def test_the_warm_up_opens_the_connections_the_first_rollout_uses(hosts):
+    from apps.firewall.rollout import compiled_warm
+    from apps.firewall.transport import POOL
+
+    POOL.close()
+    before = POOL.handshakes
+    compiled_warm(connect=True)  # what the firewall worker runs at start
+    assert POOL.handshakes - before == 2
+    outcomes = ruleset_rollout(versions=[version(h, port=8090) for h in hosts])
+    assert [(o.ok, o.skipped) for o in outcomes] == [(True, False), (True, False)]
+    assert POOL.handshakes - before == 2  # no handshake on the way to the hosts
