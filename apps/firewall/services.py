@@ -48,6 +48,11 @@ def host_pin(*, host: FirewallHost, version: RuleSetVersion, actor: User) -> Non
     host = FirewallHost.objects.select_for_update().get(pk=host.pk)
     if version.host_id != host.pk:
         raise PinRefused("that version belongs to another host")
+    if version.texts_pending:
+        raise PinRefused(
+            f"version #{version.pk} was never stored completely (its worker stopped before "
+            "writing the texts); it cannot be put back"
+        )
     audit_record(
         actor=actor,
         action="firewall.pin",

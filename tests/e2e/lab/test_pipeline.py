@@ -49,6 +49,11 @@ def test_a_new_device_is_live_on_both_firewalls_within_seconds(worker, tmp_path)
     assert wait_until(confirmed, 10, 0.1), [
         (h.name, h.push_status, h.error_reason) for h in FirewallHost.objects.all()
     ]
+    # The texts were written beside the pushes, before the run ended.
+    versions = RuleSetVersion.objects.filter(host__name__in=["pl-nat1", "pl-nat2"])
+    assert versions.exists()
+    assert not versions.filter(texts_pending=True).exists()
+    assert all("table inet portal_fw" in v.nft_text for v in versions)
 
 
 def test_a_burst_of_changes_ends_live_in_a_handful_of_rollouts(worker, tmp_path):
