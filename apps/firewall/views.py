@@ -86,7 +86,9 @@ class VersionDiffView(StaffRequiredMixin, View):
             raise Http404("two version numbers (a, b) are needed") from None
         old = get_object_or_404(host.versions, pk=old_id)
         new = get_object_or_404(host.versions, pk=new_id)
-        context = {"host": host, "old": old, "new": new, "sections": version_diff(old=old, new=new)}
+        pending = [v.pk for v in (old, new) if v.texts_pending]
+        sections = None if pending else version_diff(old=old, new=new)
+        context = {"host": host, "old": old, "new": new, "sections": sections, "pending": pending}
         return render(request, "firewall/version_diff.html", context)
 
 

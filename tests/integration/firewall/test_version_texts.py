@@ -3,6 +3,7 @@ first, marked pending, the texts right after. A version whose texts never arrive
 stopped in between) is never pushed nor put back, and is repaired when compiled again."""
 
 import pytest
+from django.urls import reverse
 
 from apps.firewall.models import FirewallHost, RuleSetVersion
 from apps.firewall.rollout import ruleset_push, ruleset_version_store, version_texts_write
@@ -65,3 +66,14 @@ def test_compiling_the_same_content_again_repairs_a_pending_version(host):
     assert again.pk == version.pk
     row = RuleSetVersion.objects.get(pk=version.pk)
     assert (row.nft_text, row.texts_pending) == (NFT, False)
+
+
+def test_the_diff_page_says_when_texts_are_not_stored(host, client_for):
+    old = store(host, texts_later=False, content_hash="b" * 64)
+    new = store(host, texts_later=True)  # pending in the database
+    url = reverse("firewall:version_diff", args=[host.name]) + f"?a={old.pk}&b={new.pk}"
+    page = client_for("admin").get(url)
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert f"The texts of #{new.pk} are not stored (yet)" in text
+    assert "diff-del" not in text  # not shown as every line removed
