@@ -1,7 +1,8 @@
-#!/usr/bin/python3 -I
+#!/usr/bin/python3 -IS
 """portal-fw: the only thing the portal's SSH key may run on a firewall host.
 
-Installed as the forced command of the portal's key in authorized_keys, e.g.
+Installed as the forced command of the portal's key in authorized_keys (through the launcher
+`portal-fw` beside this file, which runs this module from its cached bytecode), e.g.
 
     command="/usr/local/sbin/portal-fw --state-dir /var/lib/portal-fw --host-name nat1",restrict ssh-ed25519 AAAA...
 
@@ -75,9 +76,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
+HERE = Path(os.path.realpath(__file__)).parent  # portal-ha and kea-ctl live beside this file
+# How this helper runs itself again (the rollback timer): this module from its cached bytecode,
+# without site-packages, as the launcher `portal-fw` does; the directory is the first argument.
+SELF_COMMAND = (
+    sys.executable,
+    "-I",
+    "-S",
+    "-c",
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); import portal_fw; sys.exit(portal_fw.main())",
+    str(HERE),
+)
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FAMILIES = frozenset({"ip", "ip6", "inet", "arp", "bridge", "netdev"})
 NFT_OBJECTS = frozenset(
@@ -503,9 +514,7 @@ class Host:
 
     def arm_timer(self, token: str) -> int:
         argv = [
-            sys.executable,
-            "-I",
-            str(Path(__file__).resolve()),
+            *SELF_COMMAND,
             "--state-dir",
             str(self.state_dir),
             "--host-name",
@@ -608,15 +617,16 @@ FILE_ARTEFACT_KEYS = frozenset({"path", "check", "reload", "mode"})
 PLACEHOLDER = "{file}"
 
 
-@dataclass(frozen=True)
 class FileArtefact:
-    """A config file the helper writes for the portal: where, how to check it, how to reload."""
+    """A config file the helper writes for the portal: where, how to check it, how to reload.
+    (A plain class: `dataclasses` would add ~8 ms of imports to every call of the helper.)"""
 
-    name: str
-    path: Path
-    check: tuple[str, ...]
-    reload: tuple[str, ...]
-    mode: int
+    __slots__ = ("check", "mode", "name", "path", "reload")
+
+    def __init__(
+        self, name: str, path: Path, check: tuple[str, ...], reload: tuple[str, ...], mode: int
+    ) -> None:
+        self.name, self.path, self.check, self.reload, self.mode = name, path, check, reload, mode
 
     def argv(self, which: tuple[str, ...], file: Path) -> list[str]:
         return [word.replace(PLACEHOLDER, str(file)) for word in which]
@@ -2171,7 +2181,7 @@ def collect_health(
     return answer
 
 
-HA_PROGRAM = Path(__file__).resolve().parent / "portal-ha"
+HA_PROGRAM = HERE / "portal-ha"
 
 
 def ha_status(host: Host) -> dict:
@@ -2185,7 +2195,7 @@ def ha_status_start(host: Host) -> subprocess.Popen:
     spec = host.artefacts.get("conntrackd")
     conf = str(spec.path) if spec else "/etc/conntrackd/conntrackd.conf"
     return subprocess.Popen(  # noqa: S603 - our own program, fixed argv
-        [sys.executable, str(HA_PROGRAM), "status", conf, str(host.ha_run_dir)],
+        [sys.executable, "-I", "-S", str(HA_PROGRAM), "status", conf, str(host.ha_run_dir)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -2958,7 +2968,7 @@ def verb_dhcp_leases(host: Host, opts, limit: int) -> dict:
         raise refused(f"this host declares no {KEA_ARTEFACT} artefact (--artefacts)")
     if not spec.path.exists():
         raise HelperError(EXIT_FAILED, "failed", f"{spec.path} is missing: no DHCP pushed yet")
-    kea_ctl = Path(os.path.realpath(__file__)).parent / "kea-ctl"
+    kea_ctl = HERE / "kea-ctl"
     result = run([str(kea_ctl), "leases", str(spec.path)], timeout=120)
     if result.returncode != 0:
         raise HelperError(EXIT_FAILED, "failed", "Kea did not list its leases", result.stderr)
