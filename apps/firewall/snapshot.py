@@ -58,16 +58,26 @@ class SnapshotData:
     )
     registration_by_building: dict[int, str] = field(default_factory=dict)
     dhcp_settings: Any = None
+    # Per set of buildings, the answer of for_buildings: the hosts of one site (the HA pair) get
+    # the very same tuple, which lets the compiler reuse the first host's member sets.
+    _by_buildings: dict[frozenset[int], tuple[tuple[rs.Member, ...], tuple[str, ...]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def for_buildings(self, buildings: set[int]) -> tuple[tuple[rs.Member, ...], tuple[str, ...]]:
         """The members and private networks of a site (`buildings` empty: everything)."""
         if not buildings:
             return self.members, self.private_networks
+        key = frozenset(buildings)
+        found = self._by_buildings.get(key)
+        if found is not None:
+            return found
         building_of = self.building_of
         members = tuple(m for m in self.members if building_of.get(m.id) in buildings)
         private = tuple(
             net for b in sorted(buildings) for net in self.private_by_building.get(b, ())
         )
+        self._by_buildings[key] = (members, private)
         return members, private
 
 

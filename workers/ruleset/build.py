@@ -268,6 +268,19 @@ _ELEMENT_CACHE: dict[
     tuple[str, bool], dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]]
 ] = {}
 _ELEMENT_CACHE_HOSTS = 64
+# The last member_sets answer: (the members tuple it was built from, (mq, queues, syn proxy),
+# the sets, the per-member cache entries). Reused when the next compile hands over the same
+# tuple (the other host of a pair, from the same read: SnapshotData.for_buildings).
+_Entries = dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]]
+_LAST_MEMBER_SETS: (
+    tuple[tuple[Member, ...], tuple[bool, int, bool], tuple[SetDef, ...], _Entries] | None
+) = None
+
+
+def _element_cache_store(key: tuple[str, bool], fresh: _Entries) -> None:
+    if len(_ELEMENT_CACHE) >= _ELEMENT_CACHE_HOSTS and key not in _ELEMENT_CACHE:
+        _ELEMENT_CACHE.pop(next(iter(_ELEMENT_CACHE)))
+    _ELEMENT_CACHE[key] = fresh
 
 
 def _own_prefixes(m: Member) -> tuple[int, ...]:
@@ -411,13 +424,21 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
     elements come from `_member_elements`, reused from the host's last compile when the member
     and what shapes its elements are unchanged; the sets list them in member order.
     """
+    global _LAST_MEMBER_SETS
     host = snapshot.host
-    minors = class_minors(m.id for m in snapshot.members if m.shaping is not None)
-    shared = _shared_prefixes(snapshot)
     mq = host.shaping_root is ShapingRoot.MQ
     queues = host.tx_queues
     syn = snapshot.policy.syn_proxy
     key = (host.name, syn)  # the syn_fwd4 elements are there or not
+    # The second host of a pair compiles the same members right after the first: the sets
+    # depend on nothing else of the host than its HTB layout, so they are the first's.
+    pair_key = (mq, queues if mq else 0, syn)
+    last = _LAST_MEMBER_SETS
+    if last is not None and last[0] is snapshot.members and last[1] == pair_key:
+        _element_cache_store(key, last[3])
+        return list(last[2])
+    minors = class_minors(m.id for m in snapshot.members if m.shaping is not None)
+    shared = _shared_prefixes(snapshot)
     cache = _ELEMENT_CACHE.get(key, {})
     fresh: dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]] = {}
     out: list[list[str]] = [[] for _ in range(16)]
@@ -445,9 +466,7 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
             fresh[mid] = entry
             for index, elements in entry[4]:
                 extend[index](elements)
-    if len(_ELEMENT_CACHE) >= _ELEMENT_CACHE_HOSTS and key not in _ELEMENT_CACHE:
-        _ELEMENT_CACHE.pop(next(iter(_ELEMENT_CACHE)))
-    _ELEMENT_CACHE[key] = fresh
+    _element_cache_store(key, fresh)
     v4_port = "ipv4_addr . inet_service"
     v4_proto_port = "ipv4_addr . inet_proto . inet_service"
     v6_port = "ipv6_addr . inet_proto . inet_service"
@@ -456,7 +475,7 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
         if syn
         else []
     )
-    return [
+    result = [
         *syn_set,
         *accounting_sets(out[ACCT4], out[SRC6_NET], out[SRC6]),
         _hash_set("fwd_both", v4_port, v4_port, out[FWD_BOTH]),
@@ -474,6 +493,8 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
         _hash_set("src6_net", "ipv6_addr", None, out[SRC6_NET]),
         _hash_set("src_nat", "ipv4_addr", "ipv4_addr", out[SRC_NAT]),
     ]
+    _LAST_MEMBER_SETS = (snapshot.members, pair_key, tuple(result), fresh)
+    return result
 
 
 def accounting_sets(dev4: list[str], net6: list[str], addr6: list[str]) -> list[SetDef]:
@@ -815,29 +836,42 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
 
 
 _class_order = operator.attrgetter("major", "minor", "rate_kbit", "ceil_kbit")
+# The last shapers' classes: (members tuple, (mq, queues), down, up); see _LAST_MEMBER_SETS.
+_LAST_CLASSES: (
+    tuple[tuple[Member, ...], tuple[bool, int], tuple[HtbClass, ...], tuple[HtbClass, ...]] | None
+) = None
 
 
 def shapers(snapshot: Snapshot) -> tuple[Shaper, ...]:
     """HTB trees: download on member-side interfaces, upload on uplinks; one class per member."""
+    global _LAST_CLASSES
     host = snapshot.host
-    shaped = [m for m in snapshot.members if m.shaping is not None]
-    minors = class_minors(m.id for m in shaped)
-    down = []
-    upc = []
-    for m in shaped:
-        assert m.shaping is not None  # noqa: S101  (narrowing for the type checker)
-        major = class_major(host, m.id)
-        minor = minors[m.id]
-        down.append(HtbClass(major, minor, m.shaping.down_kbit, m.shaping.down_kbit))
-        upc.append(HtbClass(major, minor, m.shaping.up_kbit, m.shaping.up_kbit))
-    down.sort(key=_class_order)  # HtbClass order, compared in C (not its generated __lt__)
-    upc.sort(key=_class_order)
+    mq = host.shaping_root is ShapingRoot.MQ
+    layout = (mq, host.tx_queues if mq else 0)
+    last = _LAST_CLASSES
+    if last is not None and last[0] is snapshot.members and last[1] == layout:
+        down, upc = last[2], last[3]
+    else:
+        shaped = [m for m in snapshot.members if m.shaping is not None]
+        minors = class_minors(m.id for m in shaped)
+        down_list: list[HtbClass] = []
+        up_list: list[HtbClass] = []
+        for m in shaped:
+            assert m.shaping is not None  # noqa: S101  (narrowing for the type checker)
+            major = class_major(host, m.id)
+            minor = minors[m.id]
+            down_list.append(HtbClass(major, minor, m.shaping.down_kbit, m.shaping.down_kbit))
+            up_list.append(HtbClass(major, minor, m.shaping.up_kbit, m.shaping.up_kbit))
+        down_list.sort(key=_class_order)  # HtbClass order, compared in C (not its __lt__)
+        up_list.sort(key=_class_order)
+        down, upc = tuple(down_list), tuple(up_list)
+        _LAST_CLASSES = (snapshot.members, layout, down, upc)
     out = [
-        Shaper(dev, host.shaping_root, host.tx_queues, host.link_kbit, tuple(down))
+        Shaper(dev, host.shaping_root, host.tx_queues, host.link_kbit, down)
         for dev in host.member_interfaces
     ]
     out += [
-        Shaper(dev, host.shaping_root, host.tx_queues, host.link_kbit, tuple(upc))
+        Shaper(dev, host.shaping_root, host.tx_queues, host.link_kbit, upc)
         for dev in host.uplink_interfaces
     ]
     return tuple(sorted(out, key=lambda s: s.dev))

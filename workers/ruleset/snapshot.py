@@ -955,7 +955,12 @@ class Snapshot:
         for m in self.members:
             if type(m) is not Member:
                 raise SnapshotError(f"snapshot: {m!r} is not a Member")
-        members = tuple(sorted(self.members, key=_by_id))
+        members = self.members
+        ids = [m.id for m in members]
+        if not (isinstance(members, tuple) and ids == sorted(ids)):
+            members = tuple(sorted(members, key=_by_id))
+        # A tuple in order is kept as it is: the hosts of a pair built from one read then share
+        # one members tuple, which the compiler recognises (build._LAST_MEMBER_SETS).
         _set(self, "members", members)
         _check_global(self.host, members)
 

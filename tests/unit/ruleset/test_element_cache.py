@@ -16,15 +16,18 @@ build_mod = importlib.import_module("workers.ruleset.build")  # the package expo
 
 
 def fresh(snapshot: s.Snapshot) -> str:
-    """The nft text and tc batch compiled with no element cache at all."""
-    saved = dict(build_mod._ELEMENT_CACHE)
+    """The nft text and tc batch compiled with no element cache at all (nor the last compile's
+    sets and classes, which the other host of a pair reuses)."""
+    saved = dict(build_mod._ELEMENT_CACHE), build_mod._LAST_MEMBER_SETS, build_mod._LAST_CLASSES
     build_mod._ELEMENT_CACHE.clear()
+    build_mod._LAST_MEMBER_SETS = build_mod._LAST_CLASSES = None
     try:
         compiled = compile_snapshot(snapshot)
         return compiled.nft + compiled.tc
     finally:
         build_mod._ELEMENT_CACHE.clear()
-        build_mod._ELEMENT_CACHE.update(saved)
+        build_mod._ELEMENT_CACHE.update(saved[0])
+        build_mod._LAST_MEMBER_SETS, build_mod._LAST_CLASSES = saved[1], saved[2]
 
 
 def cached(snapshot: s.Snapshot) -> str:
@@ -119,3 +122,38 @@ def test_gc_pause_restores_the_collector_and_leaves_objects_collectable():
     del node, made
     gc.collect()
     assert gone() is None
+
+
+def test_the_second_host_of_a_pair_reuses_the_first_hosts_sets_and_compiles_the_same():
+    """Two hosts built from one read share the members tuple: the second host's member sets
+    and HTB classes are the first's objects, and its text is what a compile from nothing
+    gives. A host with another HTB layout or another SYN-proxy policy compiles its own."""
+    members = tuple(sorted(make_small_members(), key=lambda m: m.id))
+    nat1 = make_snapshot(members, name="nat1")
+    nat2 = make_snapshot(members, name="nat2")
+    assert nat1.members is nat2.members is members  # kept as given: already in id order
+    first = compile_snapshot(nat1)
+    second = compile_snapshot(nat2)
+    reused = {id(x) for x in first.ruleset.tables[0].sets}
+    shared = [x.name for x in second.ruleset.tables[0].sets if id(x) in reused]
+    assert "fwd_tcp" in shared
+    assert "src_nat" in shared
+    assert first.ruleset.shapers[0].classes is second.ruleset.shapers[0].classes
+    assert second.nft + second.tc == fresh(nat2)
+
+    mq = make_snapshot(members, name="nat3", shaping_root=s.ShapingRoot.MQ, tx_queues=4)
+    compiled = compile_snapshot(mq)
+    assert compiled.nft + compiled.tc == fresh(mq)
+    assert compiled.tc != second.tc.replace("nat2", "nat3")
+    syn = dataclasses.replace(nat2, policy=dataclasses.replace(nat2.policy, syn_proxy=True))
+    compiled = compile_snapshot(syn)
+    assert "syn_fwd4" in compiled.nft
+    assert compiled.nft + compiled.tc == fresh(syn)
+
+
+def test_members_out_of_order_are_sorted_and_a_sorted_tuple_is_kept():
+    members = tuple(sorted(make_small_members(), key=lambda m: m.id))
+    assert make_snapshot(members).members is members
+    backwards = make_snapshot(tuple(reversed(members)))
+    assert [m.id for m in backwards.members] == sorted(m.id for m in members)
+    assert make_snapshot(list(members)).members == members
