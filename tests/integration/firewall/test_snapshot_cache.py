@@ -7,6 +7,7 @@ back (plain SQL), and after each one the cached read must equal a read built fro
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.db import connection
@@ -212,3 +213,39 @@ def test_after_a_restart_the_warm_up_makes_the_first_change_an_increment():
     assert increment is not None
     assert "8443" in increment.nft
     assert "delete table" not in increment.nft  # elements only, not the whole rule set
+
+
+def _consumer_of(*queues: str) -> object:
+    from types import SimpleNamespace
+
+    names = [SimpleNamespace(name=q) for q in queues]
+    return SimpleNamespace(task_consumer=SimpleNamespace(queues=names))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_firewall_worker_takes_its_first_task_only_after_its_warm_up(settings, monkeypatch):
+    """Celery sends worker_ready before its event loop fetches a message: when the handler
+    returns, every host is compiled, so a change that came during the start is sent warm. The
+    wait is bounded; a worker of other queues does not warm at all."""
+    from apps.firewall import rollout
+    from apps.firewall.dispatch import FIREWALL_QUEUE
+    from apps.firewall.models import FirewallHost
+    from workers import firewall
+
+    host = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    device_add(member_active())
+    settings.PORTAL_FIREWALL_SYNC = True
+    monkeypatch.setattr(rollout, "_COMPILED", {})
+    firewall._warm_when_serving_firewall(sender=_consumer_of("mail", "default"))
+    assert rollout._COMPILED == {}
+    firewall._warm_when_serving_firewall(sender=_consumer_of(FIREWALL_QUEUE))
+    assert list(rollout._COMPILED) == [host.pk]  # compiled before the first task is fetched
+
+    release = threading.Event()
+    monkeypatch.setattr(firewall, "snapshot_cache_warm", lambda: release.wait(30))
+    settings.PORTAL_FIREWALL_WARM_WAIT = 0.2
+    started = time.monotonic()
+    firewall._warm_when_serving_firewall(sender=_consumer_of(FIREWALL_QUEUE))
+    waited = time.monotonic() - started
+    release.set()
+    assert 0.2 <= waited < 5  # a warm-up that hangs holds the worker only this long
