@@ -124,12 +124,14 @@ class _TextsWriter:
     def __init__(self) -> None:
         self.threads: list[threading.Thread] = []
         self.failed: list[str] = []
+        self.started: set[int] = set()
 
     def start(self, version: RuleSetVersion) -> None:
         from django.db import connection
 
-        if not getattr(version, "texts_unwritten", False):
+        if not getattr(version, "texts_unwritten", False) or version.pk in self.started:
             return
+        self.started.add(version.pk)
         if connection.in_atomic_block:
             version_texts_write(version)
             return
@@ -444,9 +446,11 @@ def _rollout(
     version_for: Callable[[FirewallHost], RuleSetVersion],
     *,
     sessions: dict[int, FirewallSession] | None = None,
+    during_last: Callable[[], None] | None = None,
 ) -> list[PushOutcome]:
     """Push host by host in rollout order; `version_for(host)` gives (or compiles, just in time)
-    what the host should run: the next host's bundle compiles while the current one applies.
+    what the host should run: the next host's bundle compiles while the current one applies,
+    and `during_last` runs while the last one applies.
     A refused or unhealthy bundle stops the rollout: it never reaches the next host. An
     unreachable host is skipped: it stays pending and gets the newest version when it returns.
     A pinned host is skipped and says so: staff hold it on the version they put back.
@@ -495,7 +499,7 @@ def _rollout(
                 host=host,
                 version=version,
                 session=sessions.pop(host.pk),
-                during=(lambda h=later: prepare(h)) if later is not None else None,
+                during=(lambda h=later: prepare(h)) if later is not None else during_last,
             )
             outcomes.append(outcome)
             if not outcome.ok and not outcome.unreachable:
@@ -691,13 +695,18 @@ def site_sync(
         )
     )
     compiled: list[RuleSetVersion] = []
-    texts = _TextsWriter()  # each new version's texts are written beside the pushes
+    # The new versions' texts (16 MB per host at 20,000 members) are written while the last
+    # host applies, when this process only waits: not beside the compile of the next host.
+    texts = _TextsWriter()
+
+    def texts_start() -> None:
+        for version in compiled:
+            texts.start(version)
 
     def version_for(host: FirewallHost) -> RuleSetVersion:
         started = time.monotonic()
         version = host_compile(host=host, data=data, cause=cause, prune=False, texts_later=True)
         compiled.append(version)
-        texts.start(version)
         timed(f"compile {host.name}", started)
         return version
 
@@ -709,7 +718,7 @@ def site_sync(
         data = _snapshot_data(hosts)
         timed("read", started)
         started = time.monotonic()
-        outcomes = _rollout(hosts, version_for, sessions=sessions)
+        outcomes = _rollout(hosts, version_for, sessions=sessions, during_last=texts_start)
         timed("rollout", started)
         timings["reused"] = sum(s.reused for s in sessions.values())
     except CompileError as exc:
@@ -719,12 +728,14 @@ def site_sync(
         for session in sessions.values():
             session.close()
         started = time.monotonic()
+        texts_start()
         texts.join()
         timed("texts", started)
     # Hosts skipped (pinned) or after a stop get their version too: unpinning pushes it.
     for host in hosts:
         if host.pk not in {v.host_id for v in compiled}:
             version_for(host)
+    texts_start()
     texts.join()
     if texts.failed:
         log.warning("firewall.version_texts_failed", site=site.name, failed=texts.failed)
