@@ -335,6 +335,12 @@ def pipeline_latency() -> Iterable[Row]:
     yield ("first full push of both hosts (firewall_push --now)", f"{r['full_push']:.1f}", "s", "")
     yield ("debounce (PORTAL_FIREWALL_DEBOUNCE, the default)", f"{r['debounce']:.1f}", "s", "")
     yield (
+        "firewall worker start -> takes tasks (its warm-up: read, compile, connect)",
+        f"{r['worker_ready_seconds']:.2f}",
+        "s",
+        "",
+    )
+    yield (
         "20 forwards one after another: API call -> answers from pl-inet, p50",
         f"{r['p50']:.2f}",
         "s",
