@@ -25,7 +25,9 @@ Methods:
   (two processes, each packet a new 5-tuple) to the public address and forwarded port of the
   LAST member; the server counts arrivals with an nft counter at prerouting (and drops them).
   New flows per second = counted / sending time, with the 20,000-member rule set, with the
-  rule set of that one member, and with conntrack only (no NAT; sent to the device address).
+  rule set of that one member, with conntrack only (no NAT; sent to the device address) and,
+  as an extra baseline, conntrack + NAT (one DNAT rule and an empty SNAT chain in an inet
+  table; sent like the full rule set's).
 * SYN flood (issue 15): the 20,000-member rule set with the per-member conntrack quotas of the
   portal's defaults (10,000 device / 4,000 forwarded connections), nf_conntrack_tcp_loose = 0 as
   deployed; two raw-socket senders in the client namespace send well-formed SYNs (window 64240,
@@ -659,6 +661,16 @@ def flow_rows(members: int, repeat: int, count: int = 110_000, seconds: float = 
         "  ct state established,related accept\n  ct state invalid drop\n  ct state new accept\n"
         " }\n}\n"
     )
+    # A fairer baseline for a NAT firewall (an extra row; "conntrack only" keeps its meaning):
+    # conntrack plus the nat hooks of an inet table, with one DNAT rule for this forward and an
+    # empty SNAT chain. Every new connection then gets its DNAT (IPv6: null) and null SNAT
+    # bindings, as under the full rule set, whose NAT chains are in its inet table too.
+    ct_nat = ct_only + (
+        "table inet plc_nat {\n chain pre {\n"
+        "  type nat hook prerouting priority dstnat; policy accept;\n"
+        f"  ip daddr {last.public_ipv4} udp dport 27015 dnat ip to {device.ipv4}\n }}\n"
+        " chain post {\n  type nat hook postrouting priority srcnat; policy accept;\n }\n}\n"
+    )
     port6 = opening.ports.first
     # (family, config name, rule set, destination, port)
     configs: list[tuple[str, str, str, str, int]] = []
@@ -676,6 +688,7 @@ def flow_rows(members: int, repeat: int, count: int = 110_000, seconds: float = 
                 str(device.ipv4) if family == "IPv4" else dst,
                 port,
             ),
+            (family, "conntrack + NAT", ct_nat, dst, port),
         ]
     rates: dict[tuple[str, str], list[float]] = {(f, n): [] for f, n, *_ in configs}
     fw, cli, srv = f"{PREFIX}fw", f"{PREFIX}cli", f"{PREFIX}srv"
@@ -727,6 +740,26 @@ def flow_rows(members: int, repeat: int, count: int = 110_000, seconds: float = 
                 big / statistics.median(rates[(family, "conntrack only")]),
                 "ratio",
                 ">= 0.85",
+            )
+        )
+        rows.append(
+            (
+                sec,
+                f"{members} members / conntrack + NAT (medians; one DNAT rule and an empty SNAT "
+                "chain in an inet table: the NAT bindings every new connection gets)",
+                big / statistics.median(rates[(family, "conntrack + NAT")]),
+                "ratio",
+                "",
+            )
+        )
+        rows.append(
+            (
+                sec,
+                "conntrack + NAT / conntrack only (medians)",
+                statistics.median(rates[(family, "conntrack + NAT")])
+                / statistics.median(rates[(family, "conntrack only")]),
+                "ratio",
+                "",
             )
         )
     rows.append(
