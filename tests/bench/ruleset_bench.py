@@ -1,7 +1,7 @@
 """Benchmarks of the compiler and of its rule sets in the kernel (issue 5), on synthetic data.
 
     python -m tests.bench.ruleset_bench [--members 1000,5000,20000] [--repeat 3] [--no-kernel]
-                                    [--no-flows] [--no-classes]
+                                    [--no-flows] [--no-classes] [--no-floods] [--only-floods]
 
 `run_benchmarks()` returns rows ``(section, name, value, unit, target)``; `main` prints them.
 Every kernel measurement runs in network namespaces of its own (``pl-cb*``, interfaces
@@ -25,7 +25,20 @@ Methods:
   (two processes, each packet a new 5-tuple) to the public address and forwarded port of the
   LAST member; the server counts arrivals with an nft counter at prerouting (and drops them).
   New flows per second = counted / sending time, with the 20,000-member rule set, with the
-  rule set of that one member, and with conntrack only (no NAT; sent to the device address).
+  rule set of that one member, with conntrack only (no NAT; sent to the device address) and,
+  as an extra baseline, conntrack + NAT (one DNAT rule and an empty SNAT chain in an inet
+  table; sent like the full rule set's).
+* SYN flood (issue 15): the 20,000-member rule set with the per-member conntrack quotas of the
+  portal's defaults (10,000 device / 4,000 forwarded connections), nf_conntrack_tcp_loose = 0 as
+  deployed; two raw-socket senders in the client namespace send well-formed SYNs (window 64240,
+  MSS option) from random unicast sources at the last member's forwarded TCP port 80, at most
+  2 s and 2 x 190,000 packets; meanwhile 200 real connections (one every 9 ms: connect, 4 bytes
+  echoed, close; 3 s timeout each) go to the forward of the member before it, to a listener in
+  the server namespace (which also listens behind the flooded forward). A sampler in the
+  firewall namespace reads nf_conntrack_count every 50 ms (it also counts the entry of a SYN
+  that is being dropped at that moment); afterwards `conntrack -L` is split by original
+  destination. The same again with the SYN proxy on. Flood rate = packets received by the
+  firewall's uplink / sending time.
 """
 
 from __future__ import annotations
@@ -59,6 +72,7 @@ from workers.ruleset.ir import Ruleset
 from workers.ruleset.render import Compiled, render_tc
 from workers.ruleset.snapshot import (
     Host,
+    Member,
     Opening,
     PortForward,
     PortRange,
@@ -647,6 +661,16 @@ def flow_rows(members: int, repeat: int, count: int = 110_000, seconds: float = 
         "  ct state established,related accept\n  ct state invalid drop\n  ct state new accept\n"
         " }\n}\n"
     )
+    # A fairer baseline for a NAT firewall (an extra row; "conntrack only" keeps its meaning):
+    # conntrack plus the nat hooks of an inet table, with one DNAT rule for this forward and an
+    # empty SNAT chain. Every new connection then gets its DNAT (IPv6: null) and null SNAT
+    # bindings, as under the full rule set, whose NAT chains are in its inet table too.
+    ct_nat = ct_only + (
+        "table inet plc_nat {\n chain pre {\n"
+        "  type nat hook prerouting priority dstnat; policy accept;\n"
+        f"  ip daddr {last.public_ipv4} udp dport 27015 dnat ip to {device.ipv4}\n }}\n"
+        " chain post {\n  type nat hook postrouting priority srcnat; policy accept;\n }\n}\n"
+    )
     port6 = opening.ports.first
     # (family, config name, rule set, destination, port)
     configs: list[tuple[str, str, str, str, int]] = []
@@ -664,6 +688,7 @@ def flow_rows(members: int, repeat: int, count: int = 110_000, seconds: float = 
                 str(device.ipv4) if family == "IPv4" else dst,
                 port,
             ),
+            (family, "conntrack + NAT", ct_nat, dst, port),
         ]
     rates: dict[tuple[str, str], list[float]] = {(f, n): [] for f, n, *_ in configs}
     fw, cli, srv = f"{PREFIX}fw", f"{PREFIX}cli", f"{PREFIX}srv"
@@ -715,6 +740,26 @@ def flow_rows(members: int, repeat: int, count: int = 110_000, seconds: float = 
                 big / statistics.median(rates[(family, "conntrack only")]),
                 "ratio",
                 ">= 0.85",
+            )
+        )
+        rows.append(
+            (
+                sec,
+                f"{members} members / conntrack + NAT (medians; one DNAT rule and an empty SNAT "
+                "chain in an inet table: the NAT bindings every new connection gets)",
+                big / statistics.median(rates[(family, "conntrack + NAT")]),
+                "ratio",
+                "",
+            )
+        )
+        rows.append(
+            (
+                sec,
+                "conntrack + NAT / conntrack only (medians)",
+                statistics.median(rates[(family, "conntrack + NAT")])
+                / statistics.median(rates[(family, "conntrack only")]),
+                "ratio",
+                "",
             )
         )
     rows.append(
@@ -840,6 +885,352 @@ def data_path_rows(
     return rows
 
 
+# ------------------------------------------------------------------------------- SYN flood
+
+QUOTA_OUT, QUOTA_IN = 10_000, 4_000  # the portal's defaults (NetworkSettings), per member
+FLOOD_SECONDS = 2.0  # bounds of one flood: at most 2 s and 2 x 190,000 = 380,000 packets
+FLOOD_PER_SENDER = 190_000
+LEGIT = 200  # real connections to another member's forward during the flood
+
+# Spoofed SYNs that pass the early chain (window 64240, an MSS option: doff 6) from random
+# unicast sources (1.0.0.0-223.255.255.255 without 10/8 and 127/8) at one public address and
+# port, checksums computed incrementally (the source and the sequence number change).
+_SYN_SENDER = (
+    r"""
+import random
+import socket
+import struct
+import sys
+import time
+dst, dport, sender, count, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+rnd = random.Random(1000 + sender)
+d = socket.inet_aton(dst)
+mss = b"\x02\x04\x05\xb4"
+head = struct.pack("!HHIIBBHHH", 0, dport, 0, 0, 0x60, 0x02, 64240, 0, 0) + mss
+pseudo = d + struct.pack("!BBH", 0, 6, len(head)) + head
+base = sum(struct.unpack("!%dH" % (len(pseudo) // 2), pseudo))
+bits = rnd.getrandbits
+pkts = []
+while len(pkts) < count:
+    a = bits(32)
+    if not 1 <= a >> 24 <= 223 or a >> 24 in (10, 127):
+        continue
+    sport, seq = 1024 + bits(16) % 64000, bits(32)
+    t = base + (a >> 16) + (a & 0xFFFF) + sport + (seq >> 16) + (seq & 0xFFFF)
+    t = (t & 0xFFFF) + (t >> 16)
+    t = (t & 0xFFFF) + (t >> 16)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 0, 0, 0, 64, 6, 0, a.to_bytes(4, "big"), d)
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, 0, 0x60, 0x02, 64240, ~t & 0xFFFF, 0)
+    pkts.append(ip + tcp + mss)
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+"""
+    + _SEND_LOOP
+)
+
+# The listener on the members' devices: accept, echo what arrives, close (bounded in time).
+_ECHO_SERVER = r"""
+import select, socket, sys, time
+srvs = []
+for addr in sys.argv[2:]:
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, int(sys.argv[1]))); s.listen(4096); s.setblocking(False); srvs.append(s)
+conns, deadline = list(srvs), time.monotonic() + 60
+print("ready", flush=True)
+while time.monotonic() < deadline:
+    for s in select.select(conns, [], [], 0.2)[0]:
+        if s in srvs:
+            try:
+                c, _ = s.accept()
+            except OSError:
+                continue
+            conns.append(c)
+        else:
+            try:
+                data = s.recv(100)
+                if data:
+                    s.sendall(data)
+            except OSError:
+                pass
+            conns.remove(s); s.close()
+"""
+
+# The legitimate client: n connections, one started every `gap` seconds (all of them inside
+# the flood), each connect + 4 bytes echoed + close within `timeout`. Prints "ok in_flood".
+_LEGIT_CLIENT = r"""
+import socket, sys, threading, time
+dst, port, n, gap, timeout, flood = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+ok, done, lock = [0], [0], threading.Lock()
+start = time.monotonic()
+def one(k):
+    time.sleep(max(0.0, start + k * gap - time.monotonic()))
+    try:
+        c = socket.create_connection((dst, port), timeout=timeout)
+        c.settimeout(max(0.1, start + k * gap + timeout - time.monotonic()))
+        c.sendall(b"ping")
+        got = b""
+        while len(got) < 4:
+            chunk = c.recv(4 - len(got))
+            if not chunk:
+                break
+            got += chunk
+        c.close()
+        if got == b"ping":
+            with lock:
+                ok[0] += 1
+                done[0] += time.monotonic() - start <= flood
+    except OSError:
+        pass
+threads = [threading.Thread(target=one, args=(k,)) for k in range(n)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(ok[0], done[0], flush=True)
+"""
+
+# Inside the firewall namespace: nf_conntrack_count every 50 ms for `seconds`; prints the peak.
+_CT_SAMPLER = r"""
+import sys, time
+path = "/proc/sys/net/netfilter/nf_conntrack_count"
+print("ready", flush=True)
+sys.stdin.readline()
+peak, end = 0, time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    with open(path) as f:
+        peak = max(peak, int(f.read()))
+    time.sleep(0.05)
+with open(path) as f:
+    last = int(f.read())
+print(max(peak, last), last, flush=True)
+"""
+
+
+def _rx_packets(ns: str, dev: str) -> int:
+    data = json.loads(_run("ip", "-j", "-s", "link", "show", dev, ns=ns))
+    return int(data[0]["stats64"]["rx"]["packets"])
+
+
+def _quota_hits(ns: str) -> int:
+    """Packets dropped by the quotas (the counters of quota_hit4's elements)."""
+    data = json.loads(_run("nft", "-j", "list", "set", "inet", "portal_fw", "quota_hit4", ns=ns))
+    total = 0
+    for item in data["nftables"]:
+        for elem in (item.get("set") or {}).get("elem", []):
+            if isinstance(elem, dict) and "elem" in elem:
+                total += int(elem["elem"].get("counter", {}).get("packets", 0))
+    return total
+
+
+def _rule_counter(ns: str, chain: str, comment: str) -> int:
+    text = _run("nft", "list", "chain", "inet", "portal_fw", chain, ns=ns)
+    for line in text.splitlines():
+        if comment in line and "counter packets" in line:
+            return int(line.split("counter packets", 1)[1].split()[0])
+    return 0
+
+
+def _flood_run(
+    tmp: str, text: str, host: Host, a_dev: str, a_pub: str, b_dev: str, b_pub: str, port: int
+) -> dict[str, float]:
+    """One flood at A's forward with B's legitimate connections beside it, in fresh namespaces."""
+    fw, cli, srv = f"{PREFIX}fw", f"{PREFIX}cli", f"{PREFIX}srv"
+    up = host.uplink_interfaces[0]
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(ns: str, *argv: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "timeout", "60", *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(proc)
+        return proc
+
+    with namespaces(fw, cli, srv):
+        try:
+            # 27015: the counter of _flow_setup counts (and drops) that port only, not `port`.
+            _flow_setup(fw, cli, srv, host, b_dev, "2001:db8:100::1", 27015)
+            _run("ip", "addr", "add", f"{a_dev}/8", "dev", "pl-cbs", ns=srv)
+            # Answers to the spoofed sources (and the SYN proxy's cookies) go to the client
+            # namespace, which drops them (no forwarding there): the hosts' upstream route.
+            _run("ip", "route", "add", "default", "via", "198.19.255.2", ns=fw)
+            _run("nft", "-f", _write(tmp, "fw.nft", text), ns=fw)
+            _run("sysctl", "-qw", "net.netfilter.nf_conntrack_tcp_loose=0", ns=fw)
+            server = start(srv, PYTHON, "-c", _ECHO_SERVER, str(port), a_dev, b_dev)
+            assert server.stdout is not None
+            if server.stdout.readline().strip() != "ready":
+                raise RuntimeError("echo server did not start")
+            for dev in (a_dev, b_dev):
+                _run("ping", "-c", "1", "-W", "2", dev, ns=fw, check=False)
+            _run("ping", "-c", "1", "-W", "2", "198.19.255.1", ns=cli, check=False)
+            _run("conntrack", "-F", ns=fw, check=False)
+            sampler = start(fw, PYTHON, "-c", _CT_SAMPLER, str(FLOOD_SECONDS + 3.5))
+            senders = [
+                start(
+                    cli, PYTHON, "-c", _SYN_SENDER, a_pub, str(port), str(k),
+                    str(FLOOD_PER_SENDER), str(FLOOD_SECONDS),
+                )
+                for k in range(2)
+            ]  # fmt: skip
+            for p in (sampler, *senders):
+                assert p.stdout is not None
+                if p.stdout.readline().strip() != "ready":
+                    raise RuntimeError("flood helper did not start")
+            rx_before = _rx_packets(fw, up)
+            for p in (sampler, *senders):
+                assert p.stdin is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            legit = start(
+                cli, PYTHON, "-c", _LEGIT_CLIENT, b_pub, str(port), str(LEGIT),
+                str(FLOOD_SECONDS * 0.9 / LEGIT), "3", str(FLOOD_SECONDS),
+            )  # fmt: skip
+            results = [p.communicate(timeout=60)[0].split() for p in senders]
+            rx = _rx_packets(fw, up) - rx_before
+            ok, in_flood = (int(v) for v in legit.communicate(timeout=60)[0].split())
+            peak, last = (int(v) for v in sampler.communicate(timeout=60)[0].split())
+            sent = sum(int(r[0]) for r in results)
+            elapsed = max(float(r[2]) for r in results) - min(float(r[1]) for r in results)
+            quota = _quota_hits(fw)
+            # The table afterwards, by original destination: the flooded member's public
+            # address (its quota), the other member's (the legitimate ones) and anything else.
+            listing = _run("conntrack", "-L", ns=fw, check=False).splitlines()
+            a_entries = sum(f"dst={a_pub} " in ln for ln in listing)
+            b_entries = sum(f"dst={b_pub} " in ln for ln in listing)
+            other = [
+                ln for ln in listing if f"dst={a_pub} " not in ln and f"dst={b_pub} " not in ln
+            ]
+            for line in other[:3]:
+                sys.stderr.write(f"... other conntrack entry: {line}\n")
+            proxied = _rule_counter(fw, "forward", "SYN proxy")
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(timeout=5)
+    return {
+        "ok": ok,
+        "in_flood": in_flood,
+        "peak": peak,
+        "last": last,
+        "sent": sent,
+        "elapsed": elapsed,
+        "rx_pps": rx / elapsed,
+        "sent_pps": sent / elapsed,
+        "quota_drops": quota,
+        "proxied": proxied,
+        "a_entries": a_entries,
+        "b_entries": b_entries,
+        "other": len(other),
+    }
+
+
+def flood_rows(members: int, repeat: int) -> list[Row]:
+    """A spoofed SYN flood at member A's forwarded TCP port (the last member's web forward)
+    while a client opens 200 real connections to member B's (the one before), with the
+    per-member conntrack quotas on, and with the SYN proxy on as well."""
+    a_m, b_m = synthetic_member(members - 1), synthetic_member(members - 2)
+
+    def web(m: Member) -> tuple[str, str]:
+        f = next(f for f in m.forwards if f.protocol is Protocol.TCP and f.public_ports.first == 80)
+        dev = next(d for d in m.devices if d.id == f.device_id)
+        assert dev.ipv4 is not None
+        assert m.public_ipv4 is not None
+        return str(dev.ipv4), str(m.public_ipv4)
+
+    (a_dev, a_pub), (b_dev, b_pub) = web(a_m), web(b_m)
+    host = synthetic_host()
+    snap = synthetic_snapshot(members)
+    quotas = dataclasses.replace(
+        snap.policy, conntrack_quota_out=QUOTA_OUT, conntrack_quota_in=QUOTA_IN
+    )
+    configs = {
+        "quotas": compile_snapshot(dataclasses.replace(snap, policy=quotas)).nft,
+        "quotas + SYN proxy": compile_snapshot(
+            dataclasses.replace(snap, policy=dataclasses.replace(quotas, syn_proxy=True))
+        ).nft,
+    }
+    runs: dict[str, list[dict[str, float]]] = {k: [] for k in configs}
+    with tempfile.TemporaryDirectory(prefix="pl-cbench-") as tmp:
+        for _ in range(repeat):
+            for name, text in configs.items():
+                runs[name].append(_flood_run(tmp, text, host, a_dev, a_pub, b_dev, b_pub, 80))
+    sec = f"SYN flood at one member's forward, {members} members"
+    rows: list[Row] = []
+    bound = QUOTA_IN + LEGIT
+    for name, rs in runs.items():
+        ok = [100.0 * r["ok"] / LEGIT for r in rs]
+        peaks = [r["peak"] for r in rs]
+        pps = [r["rx_pps"] for r in rs]
+        rows += [
+            (
+                sec,
+                f"{name}: legitimate connections to another member's forward that succeeded "
+                f"(of {LEGIT}; worst run) [median {statistics.median(ok):.1f}; done while the "
+                f"flood ran: {', '.join(str(int(r['in_flood'])) for r in rs)}]",
+                min(ok),
+                "%",
+                ">= 99",
+            ),
+            (
+                sec,
+                f"{name}: peak nf_conntrack_count in the firewall during the flood, sampled every "
+                f"50 ms (worst run; it also counts the entry of a SYN being dropped) "
+                f"[median {statistics.median(peaks):.0f}]",
+                max(peaks),
+                "entries",
+                f"<= {bound} (quota {QUOTA_IN} + {LEGIT} legitimate)",
+            ),
+            (
+                sec,
+                f"{name}: conntrack entries after the flood to the flooded member's address "
+                f"(most) [to the other member's: {max(r['b_entries'] for r in rs):.0f}; "
+                f"others: {max(r['other'] for r in rs):.0f}]",
+                max(r["a_entries"] for r in rs),
+                "entries",
+                f"<= {QUOTA_IN}" if "proxy" not in name else "0",
+            ),
+            (
+                sec,
+                f"{name}: flood packets/s reaching the firewall (slowest run) "
+                f"[median {statistics.median(pps):.0f}; sent/s median "
+                f"{statistics.median(r['sent_pps'] for r in rs):.0f}]",
+                min(pps),
+                "packets/s",
+                ">= 100000",
+            ),
+            (
+                sec,
+                f"{name}: flood packets sent per run (most; bound 400,000 in 2 s)",
+                max(r["sent"] for r in rs),
+                "packets",
+                "",
+            ),
+        ]
+        if "proxy" in name:
+            rows.append(
+                (
+                    sec,
+                    f"{name}: SYNs answered by the proxy (median)",
+                    statistics.median(r["proxied"] for r in rs),
+                    "packets",
+                    "",
+                )
+            )
+        else:
+            rows.append(
+                (
+                    sec,
+                    f"{name}: flood SYNs dropped by the forwards' quota (median)",
+                    statistics.median(r["quota_drops"] for r in rs),
+                    "packets",
+                    "",
+                )
+            )
+    return rows
+
+
 # -------------------------------------------------------------------------------------- main
 
 
@@ -854,6 +1245,7 @@ def run_benchmarks(
     repeat: int = 3,
     kernel: bool = True,
     flows: bool = True,
+    floods: bool = True,
     classes: Sequence[int] = (10_000, 24_000),
     progress: Callable[[str], None] | None = None,
 ) -> list[tuple[str, str, float, str, str]]:
@@ -878,6 +1270,9 @@ def run_benchmarks(
         rows += flow_rows(max(members), repeat)
         say("data path")
         rows += data_path_rows(max(members), repeat)
+        if floods:
+            say("SYN flood")
+            rows += flood_rows(max(members), repeat)
     rows.append(("machine", "load average (1 min) at end", os.getloadavg()[0], "", ""))
     return rows
 
@@ -894,20 +1289,29 @@ def main() -> int:
     parser.add_argument("--no-kernel", action="store_true")
     parser.add_argument("--no-flows", action="store_true")
     parser.add_argument("--no-classes", action="store_true")
+    parser.add_argument("--no-floods", action="store_true")
+    parser.add_argument(
+        "--only-floods", action="store_true", help="only the SYN flood rows (largest --members)"
+    )
     parser.add_argument("--child-compile", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_compile:
         n, mode = args.child_compile.split(",")
         sys.stdout.write(json.dumps(_compile_child(int(n), mode)) + "\n")
         return 0
-    rows = run_benchmarks(
-        tuple(int(n) for n in args.members.split(",")),
-        repeat=args.repeat,
-        kernel=not args.no_kernel,
-        flows=not args.no_flows,
-        classes=() if args.no_classes else (10_000, 24_000),
-        progress=_progress,
-    )
+    sizes = tuple(int(n) for n in args.members.split(","))
+    if args.only_floods:
+        rows = flood_rows(max(sizes), args.repeat)
+    else:
+        rows = run_benchmarks(
+            sizes,
+            repeat=args.repeat,
+            kernel=not args.no_kernel,
+            flows=not args.no_flows,
+            floods=not args.no_floods,
+            classes=() if args.no_classes else (10_000, 24_000),
+            progress=_progress,
+        )
     for section, name, value, unit, target in rows:
         shown = f"{value:.3f}" if isinstance(value, float) and value < 100 else f"{value:,.0f}"
         sys.stdout.write(f"{section:28} | {name:80} | {shown:>12} {unit:8} | {target}\n")

@@ -52,7 +52,7 @@ def without_accounting(ruleset):
         dataclasses.replace(
             t,
             sets=tuple(s for s in t.sets if not s.name.startswith("acct")),
-            chains=tuple(c for c in t.chains if c.name != "account"),
+            chains=tuple(c for c in t.chains if not c.name.startswith("account")),
         )
         for t in ruleset.tables
         if isinstance(t, Table)

@@ -10,15 +10,22 @@ number of members:
                from members: anti-spoofing, no Internet without public IPv4, blocked ports ->
                to members: DNATed, or IPv6 opening (address . proto . port / range / all)
     prerouting (mangle): new inbound to a blocked port dropped before DNAT
-    dstnat:    dnat via maps keyed ip daddr . th dport, one per protocol (fwd_tcp, fwd_udp, and
+    dstnat:    IPv6 and anything not from the uplink leave after one comparison each; then
+               dnat via maps keyed ip daddr . th dport, one per protocol (fwd_tcp, fwd_udp, and
                fwd_both behind `meta l4proto { tcp, udp }`: one element for a "both" forward);
                equal port ranges in the interval map fwd_ranges (address . proto . range);
                shifted ranges expanded to single ports (nft has no offset NAT)
     srcnat:    snat via map src_nat: device IPv4 -> member's public IPv4
-    shaping:   meta priority set ip daddr/saddr map @shape4, ip6 ... & ffff:ffff:ffff:ffff::
-               map @shape6_net (a member's own /64) or map @shape6 (addresses in a shared /64)
-    account:   what crosses the uplink bumps the counter of its element in acct4_in/out (device
-               IPv4), acct6n_in/out (member /64, masked) or acct6_in/out (shared /64's address)
+    shaping:   one `oifname vmap` to shape_down / shape_up, there meta priority set ip daddr/saddr
+               map @shape4, ip6 ... & ffff:ffff:ffff:ffff:: map @shape6_net (a member's own /64)
+               or map @shape6 (addresses in a shared /64)
+    account:   one `iifname . oifname vmap` to account_in / account_out: what crosses the uplink
+               bumps the counter of its element in acct4_in/out (device IPv4), acct6n_in/out
+               (member /64, masked) or acct6_in/out (shared /64's address)
+
+Per-packet cost: an interface name (`iifname`/`oifname`) is copied into a register in every
+rule that reads it; the hooks every packet meets read it once (a vmap or a guard rule) or only
+after a cheaper test (the DNS port before the interface; `ct state new` before it).
 
 Anti-spoofing and SNAT are separate concerns: every device IPv4 is in exactly one of src_nat
 (member has a public IPv4) and nopub4 (member has none), and the anti-spoofing rule accepts a
@@ -649,6 +656,19 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 continue  # between the sides, no management source is genuine
             else:
                 paths.append(f'"{i}" . "{o}" : jump management')
+    # The postrouting chains read the interface names once (a vmap), not in every rule.
+    shape_paths = [f'"{o}" : jump shape_down' for o in host.member_interfaces]
+    shape_paths += [f'"{o}" : jump shape_up' for o in host.uplink_interfaces]
+    account_paths = [
+        f'"{i}" . "{o}" : jump account_out'
+        for i in host.member_interfaces
+        for o in host.uplink_interfaces
+    ]
+    account_paths += [
+        f'"{i}" . "{o}" : jump account_in'
+        for i in host.uplink_interfaces
+        for o in host.member_interfaces
+    ]
     if mgmt_on_sides:
         not_device = ("jump foreign4", "jump foreign6")
     else:
@@ -660,10 +680,14 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
         Chain(
             "dstnat",
             (
-                f"iifname {up} meta l4proto tcp {dnat} @fwd_tcp",
-                f"iifname {up} meta l4proto udp {dnat} @fwd_udp",
-                f"iifname {up} meta l4proto {{ tcp, udp }} {dnat} @fwd_both",
-                f"iifname {up} dnat ip to ip daddr . meta l4proto . th dport map @fwd_ranges",
+                # Only IPv4 from the uplink has forwards: anything else leaves after one
+                # comparison each (the interface name is read once, not in every rule).
+                "meta nfproto ipv6 accept",
+                f"iifname != {up} accept",
+                f"meta l4proto tcp {dnat} @fwd_tcp",
+                f"meta l4proto udp {dnat} @fwd_udp",
+                f"meta l4proto {{ tcp, udp }} {dnat} @fwd_both",
+                "dnat ip to ip daddr . meta l4proto . th dport map @fwd_ranges",
             ),
             "nat",
             "prerouting",
@@ -735,7 +759,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
         ),
         Chain(
             "prerouting",
-            (f"iifname {up} ct state new meta l4proto . th dport @blocked_in drop",),
+            (f"ct state new iifname {up} meta l4proto . th dport @blocked_in drop",),
             "filter",
             "prerouting",
             "mangle",
@@ -750,10 +774,10 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 # The network's own resolvers: DNS between them and the members bypasses
                 # conntrack both ways (its entries would cost more than the answers).
                 # The port before the lookup: every other packet passes with two comparisons.
-                f"iifname {mem} udp dport 53 ip daddr @dns4 notrack",
-                f"iifname {mem} tcp dport 53 ip daddr @dns4 notrack",
-                f"iifname {up} udp sport 53 ip saddr @dns4 notrack",
-                f"iifname {up} tcp sport 53 ip saddr @dns4 notrack",
+                f"udp dport 53 iifname {mem} ip daddr @dns4 notrack",
+                f"tcp dport 53 iifname {mem} ip daddr @dns4 notrack",
+                f"udp sport 53 iifname {up} ip saddr @dns4 notrack",
+                f"tcp sport 53 iifname {up} ip saddr @dns4 notrack",
             ),
             "filter",
             "prerouting",
@@ -777,18 +801,29 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
         ),
         Chain(
             "shape",
-            (
-                f"oifname {mem} meta priority set ip daddr map @shape4",
-                f"oifname {mem} meta priority set ip6 daddr & {NET64_MASK} map @shape6_net",
-                f"oifname {mem} meta priority set ip6 daddr map @shape6",
-                f"oifname {up} meta priority set ip saddr map @shape4",
-                f"oifname {up} meta priority set ip6 saddr & {NET64_MASK} map @shape6_net",
-                f"oifname {up} meta priority set ip6 saddr map @shape6",
-            ),
+            (f"oifname vmap {{ {', '.join(shape_paths)} }}",),
             "filter",
             "postrouting",
             "mangle",
             "accept",
+        ),
+        Chain(
+            "shape_down",
+            (
+                # A /64 of shape6_net holds no address of shape6 (those are in shared /64s):
+                # a hit in the first returns.
+                "meta priority set ip daddr map @shape4",
+                f"meta priority set ip6 daddr & {NET64_MASK} map @shape6_net return",
+                "meta priority set ip6 daddr map @shape6",
+            ),
+        ),
+        Chain(
+            "shape_up",
+            (
+                "meta priority set ip saddr map @shape4",
+                f"meta priority set ip6 saddr & {NET64_MASK} map @shape6_net return",
+                "meta priority set ip6 saddr map @shape6",
+            ),
         ),
         Chain(
             "srcnat",
@@ -805,20 +840,30 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
         ),
         Chain(
             "account",
-            (
-                # What crosses the uplink, counted in the accounting sets' elements (a lookup
-                # bumps the matching element's counter); before srcnat: device addresses.
-                f"iifname {mem} oifname {up} ip saddr @acct4_out",
-                f"iifname {up} oifname {mem} ip daddr @acct4_in",
-                f"iifname {mem} oifname {up} ip6 saddr & {NET64_MASK} @acct6n_out",
-                f"iifname {mem} oifname {up} ip6 saddr @acct6_out",
-                f"iifname {up} oifname {mem} ip6 daddr & {NET64_MASK} @acct6n_in",
-                f"iifname {up} oifname {mem} ip6 daddr @acct6_in",
-            ),
+            # What crosses the uplink, counted in the accounting sets' elements (a lookup
+            # bumps the matching element's counter); before srcnat: device addresses.
+            (f"iifname . oifname vmap {{ {', '.join(account_paths)} }}",),
             "filter",
             "postrouting",
             "mangle + 1",
             "accept",
+        ),
+        Chain(
+            "account_out",
+            (
+                # acct6n (member-owned /64s) and acct6 (addresses in shared /64s) are disjoint.
+                "ip saddr @acct4_out",
+                f"ip6 saddr & {NET64_MASK} @acct6n_out return",
+                "ip6 saddr @acct6_out",
+            ),
+        ),
+        Chain(
+            "account_in",
+            (
+                "ip daddr @acct4_in",
+                f"ip6 daddr & {NET64_MASK} @acct6n_in return",
+                "ip6 daddr @acct6_in",
+            ),
         ),
         *syn_out,
         Chain("to_members", tuple(to_members)),
