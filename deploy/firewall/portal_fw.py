@@ -81,14 +81,20 @@ from pathlib import Path
 
 HERE = Path(os.path.realpath(__file__)).parent  # portal-ha and kea-ctl live beside this file
 # How this helper runs itself again (the rollback timer): this module from its cached bytecode,
-# without site-packages, as the launcher `portal-fw` does; the directory is the first argument.
-SELF_COMMAND = (
-    sys.executable,
-    "-I",
-    "-S",
-    "-c",
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); import portal_fw; sys.exit(portal_fw.main())",
-    str(HERE),
+# without site-packages, as the launcher `portal-fw` does (the directory is the first argument);
+# a host that installed this file itself as /usr/local/sbin/portal-fw runs the file.
+SELF_COMMAND: tuple[str, ...] = (
+    (
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); import portal_fw; "
+        "sys.exit(portal_fw.main())",
+        str(HERE),
+    )
+    if Path(__file__).name == "portal_fw.py"
+    else (sys.executable, "-I", "-S", str(Path(os.path.realpath(__file__))))
 )
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FAMILIES = frozenset({"ip", "ip6", "inet", "arp", "bridge", "netdev"})
