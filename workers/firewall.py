@@ -59,7 +59,7 @@ def _warm_when_serving_firewall(sender: object = None, **_kwargs: object) -> Non
     warm change ~1 s). Bounded by PORTAL_FIREWALL_WARM_WAIT; the warm-up goes on after it."""
     from django.conf import settings
 
-    from apps.firewall.dispatch import FIREWALL_QUEUE
+    from apps.infra.celery import FIREWALL_QUEUE
 
     consumer = getattr(sender, "task_consumer", None)
     queues = {q.name for q in getattr(consumer, "queues", ())}

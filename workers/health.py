@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 from celery import shared_task
 
-from apps.health.heartbeat import beat_alive_mark, heartbeat_record
+from apps.infra.heartbeat import beat_alive_mark, heartbeat_record
 
 __all__ = ["beat_alive_mark", "firewall_health_collect", "heartbeat"]
 log = structlog.get_logger(__name__)

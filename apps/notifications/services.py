@@ -125,7 +125,7 @@ def _mail_flags(preference: Preference) -> dict[str, bool]:
 def _flush_lock() -> Iterator[bool]:
     """One flush at a time, so the hourly limit holds however many flush tasks run at once;
     the lock expires by itself if its holder dies."""
-    from portal.redis import redis_client
+    from apps.infra.redis import redis_client
 
     client = redis_client()
     token = secrets.token_hex(8)

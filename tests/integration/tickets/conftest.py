@@ -15,8 +15,8 @@ import pytest
 from aiosmtpd.controller import Controller
 from django.core.cache import cache
 
+from apps.infra.celery import app as celery_app
 from apps.tickets.status import STALE_KEY, status_cache_clear
-from portal.celery import app as celery_app
 from workers.mail import smtp_controller
 
 
