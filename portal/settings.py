@@ -116,11 +116,12 @@ INSTALLED_APPS = [
     "apps.abuse",
     "apps.notifications",
     "apps.traffic",
+    "apps.operations",  # metrics, retention, demo data: reads every app above
 ]
 
 MIDDLEWARE = [
     "apps.infra.logs.RequestIdMiddleware",  # a request id on every log line of the request
-    "apps.core.metrics.RequestLatencyMiddleware",  # portal_http_request_seconds per view
+    "apps.operations.metrics.RequestLatencyMiddleware",  # portal_http_request_seconds per view
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",  # before the status page's fast path: its answers get it too
     # Answers warm /status/ requests before sessions, auth, CSRF and messages (apps.tickets).
@@ -341,7 +342,7 @@ CELERY_BEAT_SCHEDULE["test-access-expire"] = {
 # Abuse lookup: ended address holdings (who held which address when) are kept this many days,
 # then pruned daily; running ones are never pruned.
 PORTAL_ABUSE_HISTORY_DAYS = env_int("PORTAL_ABUSE_HISTORY_DAYS", 180)
-# Retention (apps/core/retention.py, docs/retention.md): one daily task bounds every table that
+# Retention (apps/operations/retention.py, docs/retention.md): one daily task bounds every table that
 # grows with time, the abuse history above included; days each.
 PORTAL_RETAIN_PUSH_LOG_DAYS = env_int("PORTAL_RETAIN_PUSH_LOG_DAYS", 90)
 PORTAL_RETAIN_HEALTH_DAYS = env_int("PORTAL_RETAIN_HEALTH_DAYS", 14)

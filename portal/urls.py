@@ -13,7 +13,7 @@ urlpatterns = [
     path("accounts/", include("apps.accounts.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", include("portal.api_urls")),
-    path("", include("apps.core.urls")),
+    path("", include("apps.operations.urls")),
     path("", include("apps.dhcp.urls")),
     path("", include("apps.members.urls")),
     path("", include("apps.network.urls")),

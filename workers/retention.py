@@ -1,4 +1,4 @@
-"""Beat task: bound every table that grows with time (apps/core/retention.py)."""
+"""Beat task: bound every table that grows with time (apps/operations/retention.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,6 @@ log = structlog.get_logger(__name__)
 @shared_task(ignore_result=True, soft_time_limit=3000)
 def retention_run() -> dict[str, int]:
     """Delete what is older than its retention setting; rows deleted per table."""
-    from apps.core.retention import retention_run as run
+    from apps.operations.retention import retention_run as run
 
     return run()
