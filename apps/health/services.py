@@ -14,7 +14,7 @@ from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost
 from apps.firewall.transport import FirewallUnreachable, session_for
 from apps.health.models import HostHealthSample
-from apps.tickets.status import status_cache_refresh
+from apps.health.signals import public_face_changed
 
 
 def _digest_args(host: FirewallHost) -> tuple[str, ...]:
@@ -94,7 +94,7 @@ def _store(host: FirewallHost, sample: HostHealthSample) -> HostHealthSample:
     sample.save()
     if _public_face(previous) != _public_face(sample):
         # A failover or a host lost: the status page says so now, not when its cache expires.
-        transaction.on_commit(status_cache_refresh)
+        transaction.on_commit(lambda: public_face_changed.send(sender=HostHealthSample))
     keep = settings.PORTAL_HEALTH_SAMPLES_KEPT
     stale = HostHealthSample.objects.filter(host=host).values_list("pk", flat=True)[keep:]
     HostHealthSample.objects.filter(pk__in=list(stale)).delete()
