@@ -46,7 +46,7 @@ def client_for(make_user):
 @pytest.fixture
 def firewall_redis_clean():
     """No scheduled marks, causes, locks or requests of the firewall pipeline left over."""
-    from portal.redis import redis_client
+    from apps.infra.redis import redis_client
 
     client = redis_client()
 
@@ -104,7 +104,7 @@ def throttle_counters_clean():
     """Every test starts with no rate-limit counters (they live in Redis, outside the test's
     transaction, and the test client always comes from 127.0.0.1)."""
     from apps.accounts.throttle import KEY_PREFIX
-    from portal.redis import redis_client
+    from apps.infra.redis import redis_client
 
     client = redis_client()
     keys = list(client.scan_iter(f"{KEY_PREFIX}*", count=1000))

@@ -67,8 +67,8 @@ def test_healthz_names_what_is_down(client):
     assert body["redis"] == "ok"
     assert body["worker"] in ("never seen", "ok", "stale")
     assert response.status_code == (200 if body["worker"] == "ok" else 503)
-    from apps.health.heartbeat import HEARTBEAT_KEY, heartbeat_record
-    from portal.redis import redis_client
+    from apps.infra.heartbeat import HEARTBEAT_KEY, heartbeat_record
+    from apps.infra.redis import redis_client
 
     heartbeat_record(worker="test@host")
     try:
