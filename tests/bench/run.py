@@ -292,6 +292,19 @@ def compiler_synthetic() -> Iterable[Row]:
         yield (f"{section}: {name}", shown, unit, target)
 
 
+@benchmark("Kernel lab: Debian's kernel in qemu (fast path on / off / no firewall; ratios only)")
+def kernel_lab() -> Iterable[Row]:
+    """tests.bench.kernel_lab_bench: one boot, the kernel-lab suite's cases and the
+    established-flow rows side by side (software emulation: absolute figures mean little)."""
+    from tests.bench.kernel_lab_bench import run_benchmarks
+
+    for name, value, unit, target in run_benchmarks(
+        progress=lambda msg: print(f"  kernel lab: {msg}", flush=True)  # noqa: T201
+    ):
+        shown = f"{value:.3f}" if isinstance(value, float) else str(value)
+        yield (name, shown, unit, target)
+
+
 @benchmark(
     "From the API to a working forward (20,000 members; real firewall worker, lab firewalls)"
 )
