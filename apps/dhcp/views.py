@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 from django.views import View
 
 from apps.dhcp.models import DhcpSettings, Lease
+from apps.dhcp.services import leases_collect
 from apps.dhcp.walled import unregistered_address
 from apps.network.errors import NetworkError
 from apps.network.forms import DeviceForm
@@ -20,7 +21,6 @@ from apps.network.services import device_add
 def lease_mac(address: str) -> str | None:
     """The MAC holding `address` now, from the lease history; one fresh read of the hosts when
     the history does not know it yet (a lease a few seconds old)."""
-    from apps.dhcp.services import leases_collect
 
     def lookup() -> str | None:
         return (

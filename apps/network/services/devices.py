@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 
 from apps.abuse.services import device_addresses_record
 from apps.audit.services import audit_changes, audit_record
+from apps.members.models import Room
 from apps.network.errors import (
     DeviceLimitReached,
     DeviceNameInUse,
@@ -222,8 +223,6 @@ def subnet_create(*, building: Building, network: str, actor: User | None) -> Su
         actor=actor, action="subnet.create", obj=subnet, changes={"network": [None, str(net)]}
     )
     if net.version == 6:
-        from apps.members.models import Room
-
         for room in Room.objects.filter(building=building, ipv6_prefix__isnull=True).order_by("id"):
             room.ipv6_prefix = room_ipv6_prefix_next(building=building)
             room.save(update_fields=["ipv6_prefix"])

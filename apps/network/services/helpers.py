@@ -15,6 +15,7 @@ from django.utils.translation import gettext as _
 from apps.abuse.services import public_ipv4_assign_record
 from apps.audit.services import audit_changes, audit_record
 from apps.core.mac import eui64_interface_id, mac_normalize, mac_validate_unicast
+from apps.members.models import Member, Room
 from apps.network.errors import (
     DeviceNameInUse,
     MacInUse,
@@ -113,7 +114,6 @@ def room_ipv6_prefix_next(*, building: Building) -> str | None:
     )
     if subnet is None:
         return None
-    from apps.members.models import Room
 
     prefix = ipaddress.IPv6Network(subnet.network)
     used = set(
@@ -254,7 +254,6 @@ def _network_row_recorded(
 
 
 def _lock_member(member: Member) -> Member:
-    from apps.members.models import Member
 
     return (
         Member.objects.select_for_update(of=("self",))

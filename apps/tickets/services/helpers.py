@@ -45,7 +45,7 @@ def _audit(
             detail=detail[:300],
         )
     if django_apps.is_installed("apps.audit"):
-        from apps.audit.services import audit_record
+        from apps.audit.services import audit_record  # audit is optional (is_installed)
 
         changes = {"detail": [None, detail]} if detail else None
         audit_record(actor=actor, action=action, obj=obj, changes=changes)

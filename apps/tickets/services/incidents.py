@@ -13,6 +13,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from apps.notifications.models import Preference
 from apps.tickets import dispatch
 from apps.tickets.choices import ACTIVE_STATUSES, IncidentPhase, MessageKind, TicketStatus
 from apps.tickets.models import (
@@ -162,7 +163,6 @@ def _requester_languages(tickets: list[Ticket]) -> dict[int, str]:
     """Each ticket's requester's chosen language ("" when none was chosen or no member wrote)."""
     if not django_apps.is_installed("apps.notifications"):
         return {}
-    from apps.notifications.models import Preference
 
     users = {t.requester_id for t in tickets if t.requester_id}
     chosen = dict(

@@ -27,8 +27,10 @@ from django.db.models import Model, Q
 from django.db.models.fields import AutoFieldMixin
 from django.utils import timezone
 
+from apps.abuse.backfill import holdings_backfill
 from apps.accounts.roles import Role
 from apps.core.mac import eui64_interface_id
+from apps.dhcp.models import DhcpSettings, RegistrationRange
 from apps.members.choices import HOLDS_PUBLIC_IPV4, MemberStatus
 from apps.members.models import Building, Member, Room, RoomStay, StatusChange
 from apps.network.models import (
@@ -43,6 +45,7 @@ from apps.network.models import (
     Subnet,
 )
 from apps.testaccess.models import TestAccess
+from apps.tickets.models import CannedResponse
 
 DEMO_PASSWORD = "demo"  # noqa: S105 - shown in the README; refused without DEBUG unless --force
 DEMO_USERS = [
@@ -141,8 +144,6 @@ class Command(BaseCommand):
             made = network.memberships(people)
             rules = RulesSeeder(seed=seed).run(people)
             if members <= 200:  # the lab demo: its addresses get a history the abuse desk can ask
-                from apps.abuse.backfill import holdings_backfill
-
                 holdings_backfill()
         if made["members"] > 1000 or rules["forwards"] > 1000:
             # Fresh statistics after a bulk load, so the planner uses the search indexes at once.
@@ -169,7 +170,6 @@ class Command(BaseCommand):
     @staticmethod
     def _canned_responses() -> None:
         """A few answers support gives every week (idempotent: kept as edited)."""
-        from apps.tickets.models import CannedResponse
 
         for title, body in (
             (
@@ -675,7 +675,6 @@ def _status_since(plan: Plan) -> dt.datetime:
 def dhcp_demo_apply(seeder: NetworkSeeder) -> None:
     """The lab's walled garden: the portal at 203.0.113.80 (lab.sh portal-proxy) and, in the
     small layout, a registration range 10.100.2xx.0/24 per building (200 + its number)."""
-    from apps.dhcp.models import DhcpSettings, RegistrationRange
 
     settings_row = DhcpSettings.load()
     if not settings_row.portal_addresses:
