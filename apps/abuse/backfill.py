@@ -209,7 +209,6 @@ class _Writer:
 
 
 def _member_names(ids: set[int]) -> dict[int, str]:
-
     return {m.pk: member_label(m) for m in Member.objects.filter(pk__in=ids).select_related("user")}
 
 

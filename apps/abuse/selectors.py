@@ -158,7 +158,6 @@ def devices_at(
 
 
 def _room_at(member_id: int, at: dt.datetime) -> tuple[str, Evidence | None]:
-
     stay = (
         RoomStay.objects.filter(member_id=member_id, period__contains=at)
         .select_related("room")
@@ -319,7 +318,6 @@ def lookup_answer(*, address: str, at: dt.datetime) -> LookupAnswer:
 
 
 def _add_notes(answer: LookupAnswer, row: AddressHolding | None) -> None:
-
     days = int(settings.PORTAL_ABUSE_HISTORY_DAYS)
     if row is None and answer.at < timezone.now() - dt.timedelta(days=days):
         answer.notes.append(

@@ -131,7 +131,6 @@ class RegistrationRange(models.Model):
         return f"{self.network} ({self.building.code})"
 
     def clean(self) -> None:
-
         try:
             net = ipaddress.IPv4Network(str(self.network))
         except ValueError:

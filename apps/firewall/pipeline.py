@@ -131,7 +131,6 @@ def _lock_take(client: redis.Redis, key: str, token: str, ttl_ms: int) -> bool:
 
 
 def _site_ids(site_ids: Iterable[int] | None) -> list[int]:
-
     if site_ids is not None:
         return list(site_ids)
     return list(Site.objects.filter(hosts__enabled=True).distinct().values_list("pk", flat=True))

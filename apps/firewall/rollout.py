@@ -667,7 +667,6 @@ def host_compile(
 
 
 def _change_waiting(site: Site) -> bool:
-
     return bool(redis_client().exists(scheduled_key(site.pk)))
 
 

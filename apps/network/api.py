@@ -548,7 +548,6 @@ class ProbeResultSerializer(serializers.Serializer):
 
 
 def _probe_response(run: Any) -> Response:
-
     try:
         results = run()
     except ProbeRefused as exc:
@@ -567,7 +566,6 @@ class PortForwardProbeAPI(generics.GenericAPIView):
 
     @extend_schema(request=None, responses=ProbeResultSerializer(many=True))
     def post(self, request: Request, pk: int) -> Response:
-
         forward = self.get_object()
 
         return _probe_response(lambda: forward_probe(actor=request.user, forward=forward))
@@ -583,6 +581,5 @@ class Ipv6OpeningProbeAPI(generics.GenericAPIView):
 
     @extend_schema(request=None, responses=ProbeResultSerializer(many=True))
     def post(self, request: Request, pk: int) -> Response:
-
         opening = self.get_object()
         return _probe_response(lambda: opening_probe(actor=request.user, opening=opening))

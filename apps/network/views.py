@@ -598,7 +598,6 @@ class ForwardProbeView(LoginRequiredMixin, View):
     """POST: test the forward from outside (apps/network/probe.py)."""
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
-
         forward = _forward_or_404(request, pk)
         run = lambda: forward_probe(actor=request.user, forward=forward)  # noqa: E731
         return _probe_answer(request, run, f"forward-{forward.pk}")
@@ -608,7 +607,6 @@ class OpeningProbeView(LoginRequiredMixin, View):
     """POST: test the IPv6 opening from outside (apps/network/probe.py)."""
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
-
         opening = _opening_or_404(request, pk)
         run = lambda: opening_probe(actor=request.user, opening=opening)  # noqa: E731
         return _probe_answer(request, run, f"opening-{opening.pk}")

@@ -78,12 +78,10 @@ class Notice(models.Model):
 
     @property
     def title(self) -> str:
-
         return notice_text(self)[0]
 
     @property
     def body(self) -> str:
-
         return notice_text(self)[1]
 
 

@@ -197,7 +197,6 @@ class PortalCollector:
         yield from (tickets, active, mail, quarantined)
 
     def _processes(self) -> Iterator[GaugeMetricFamily]:
-
         up = GaugeMetricFamily("portal_redis_up", "1 when Redis answered this scrape")
         queue = GaugeMetricFamily(
             "portal_queue_length", "Tasks waiting in a Celery queue", labels=["queue"]

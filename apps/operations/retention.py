@@ -42,7 +42,6 @@ def _days(name: str) -> Callable[[], dt.timedelta]:
 
 
 def _lease_days() -> dt.timedelta:
-
     days = DhcpSettings.objects.filter(id=1).values_list("lease_retention_days", flat=True).first()
     return dt.timedelta(days=days or DhcpSettings._meta.get_field("lease_retention_days").default)
 
@@ -52,7 +51,6 @@ def _live_window() -> dt.timedelta:
 
 
 def _inbound_settled() -> Q:
-
     return ~Q(status__in=[InboundStatus.RECEIVED, InboundStatus.QUARANTINED])
 
 
@@ -61,12 +59,10 @@ def _inbound_unsettled() -> Q:
 
 
 def _notice_not_pending() -> Q:
-
     return ~Q(mail_status=MailStatus.PENDING)
 
 
 def _ticket_done() -> Q:
-
     return Q(status__in=[TicketStatus.SOLVED, TicketStatus.CLOSED])
 
 

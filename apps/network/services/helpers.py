@@ -254,7 +254,6 @@ def _network_row_recorded(
 
 
 def _lock_member(member: Member) -> Member:
-
     return (
         Member.objects.select_for_update(of=("self",))
         .select_related("room__building")

@@ -22,7 +22,6 @@ class Command(BaseCommand):
     help = "Check the database and Redis connections; exit non-zero with a clear message."
 
     def handle(self, *args: Any, **options: Any) -> None:
-
         problems = [f"{p.msg} {KEY_HINT}" for p in secret_key_problems()]
         db = settings.DATABASES["default"]
         try:
