@@ -109,3 +109,25 @@ def test_top_talkers_page_refuses_days_at_the_calendars_edge(client_for, day):
     response = client.get(reverse("traffic:top"), {"day": day, "hour": 0})
     assert response.status_code == 422
     assert "Enter a time between" in response.content.decode()
+
+
+# N4: /metrics must not grow by what an anonymous client sends.
+
+
+def test_metrics_do_not_grow_with_made_up_http_methods(client):
+    client.raise_request_exception = False
+    before = client.get("/metrics").content.decode()
+    for n in range(25):
+        client.generic(f"FOO{n}", "/")
+        client.generic(f"FOO{n}", "/no/such/page/")
+    after = client.get("/metrics").content.decode()
+    assert "FOO" not in after
+    assert 'method="other"' in after
+
+    def label_sets(text: str) -> set[str]:
+        prefix = "portal_http_request_seconds_count{"
+        return {line.split("}")[0] for line in text.splitlines() if line.startswith(prefix)}
+
+    # 50 requests with 25 made-up methods on two views: at most one new series per view.
+    added = label_sets(after) - label_sets(before)
+    assert len(added) <= 3, added  # "/", the unresolved path, and /metrics itself
