@@ -529,6 +529,8 @@ PORTAL_THROTTLE_RATES = {
     # every sign-in until the window ends (the price: someone spending this many guesses can
     # keep one account locked for an hour; a password reset by mail still works).
     "login_account": os.environ.get("PORTAL_THROTTLE_LOGIN_ACCOUNT", "30/h"),
+    # Abuse lookups per user (page and API together; the manage.py command is not limited).
+    "abuse_lookup": os.environ.get("PORTAL_THROTTLE_ABUSE_LOOKUP", "120/h"),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Network portal API",

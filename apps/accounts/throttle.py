@@ -112,6 +112,18 @@ class TicketCreateThrottle(PortalThrottle):
         return f"user:{request.user.pk}"
 
 
+class AbuseLookupThrottle(PortalThrottle):
+    """Abuse lookups per user (POST; the page counts the same key): each one reads who held an
+    address, so a stolen desk login cannot map the whole address history in one go."""
+
+    scope = "abuse_lookup"
+
+    def key(self, request: Request, view: Any) -> str | None:
+        if request.method != "POST" or not request.user.is_authenticated:
+            return None
+        return f"user:{request.user.pk}"
+
+
 def account_key(username: str) -> str:
     return f"account:{username.strip().lower()}"
 
