@@ -16,10 +16,10 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
-from portal.dburl import database_from_url
-from portal.errors import admins_parse, sentry_init
-from portal.logs import logging_config
-from portal.redisconf import RedisConfigError, redis_config_from_env
+from apps.infra.dburl import database_from_url
+from apps.infra.errors import admins_parse, sentry_init
+from apps.infra.logs import logging_config
+from apps.infra.redisconf import RedisConfigError, redis_config_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
@@ -116,11 +116,12 @@ INSTALLED_APPS = [
     "apps.abuse",
     "apps.notifications",
     "apps.traffic",
+    "apps.operations",  # metrics, retention, demo data: reads every app above
 ]
 
 MIDDLEWARE = [
-    "portal.logs.RequestIdMiddleware",  # a request id on every log line of the request
-    "apps.core.metrics.RequestLatencyMiddleware",  # portal_http_request_seconds per view
+    "apps.infra.logs.RequestIdMiddleware",  # a request id on every log line of the request
+    "apps.operations.metrics.RequestLatencyMiddleware",  # portal_http_request_seconds per view
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",  # before the status page's fast path: its answers get it too
     # Answers warm /status/ requests before sessions, auth, CSRF and messages (apps.tickets).
@@ -196,7 +197,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: cache, locks, heartbeats; Celery broker --------------------------------------------
 # One server (REDIS_URL + CELERY_BROKER_URL) or Sentinel (REDIS_SENTINELS + REDIS_SENTINEL_MASTER):
-# portal/redisconf.py reads either, and every Redis user takes its connection from REDIS.
+# apps/infra/redisconf.py reads either, and every Redis user takes its connection from REDIS.
 try:
     REDIS = redis_config_from_env(
         os.environ,
@@ -205,21 +206,21 @@ try:
     )
 except RedisConfigError as exc:
     raise ImproperlyConfigured(str(exc)) from None
-REDIS_URL = REDIS.describe()  # for messages; connections come from portal.redis
+REDIS_URL = REDIS.describe()  # for messages; connections come from apps.infra.redis
 CACHES = {
     "default": {
-        "BACKEND": "portal.redis.PortalRedisCache",
+        "BACKEND": "apps.infra.redis.PortalRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "portal"),
     }
 }
 
 CELERY_BROKER_URL = REDIS.celery_broker_url()
-# With Sentinel, a publish returns once a replica holds the task (portal/broker.py).
+# With Sentinel, a publish returns once a replica holds the task (apps/infra/broker.py).
 CELERY_BROKER_TRANSPORT = REDIS.celery_broker_transport()
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None  # a worker waits for its broker (retries every 5 s)
-CELERY_WORKER_CONSUMER = "portal.celery:PortalConsumer"  # reconnects quickly after a failover
+CELERY_WORKER_CONSUMER = "apps.infra.celery:PortalConsumer"  # reconnects quickly after a failover
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": 3600,
     "socket_connect_timeout": 2,
@@ -247,7 +248,7 @@ CELERY_TASK_ROUTES = {
     "workers.dhcp.dhcp_leases_collect": {"queue": "firewall"},  # SSH to the hosts
 }
 PORTAL_HEARTBEAT_INTERVAL = env_int("PORTAL_HEARTBEAT_INTERVAL", 15)
-# Beat on two hosts, one active (portal.celery.PortalScheduler, celery-redbeat): the active beat
+# Beat on two hosts, one active (apps.infra.celery.PortalScheduler, celery-redbeat): the active beat
 # holds a lock in Redis and renews it at every tick; another beat waits for it and takes over at
 # most PORTAL_BEAT_LOCK_TIMEOUT + one tick after the active one died. The schedule's last runs
 # live in Redis too, so the one taking over neither repeats nor skips an interval.
@@ -341,7 +342,7 @@ CELERY_BEAT_SCHEDULE["test-access-expire"] = {
 # Abuse lookup: ended address holdings (who held which address when) are kept this many days,
 # then pruned daily; running ones are never pruned.
 PORTAL_ABUSE_HISTORY_DAYS = env_int("PORTAL_ABUSE_HISTORY_DAYS", 180)
-# Retention (apps/core/retention.py, docs/retention.md): one daily task bounds every table that
+# Retention (apps/operations/retention.py, docs/retention.md): one daily task bounds every table that
 # grows with time, the abuse history above included; days each.
 PORTAL_RETAIN_PUSH_LOG_DAYS = env_int("PORTAL_RETAIN_PUSH_LOG_DAYS", 90)
 PORTAL_RETAIN_HEALTH_DAYS = env_int("PORTAL_RETAIN_HEALTH_DAYS", 14)
@@ -582,7 +583,7 @@ CONTENT_SECURITY_POLICY = {
         "base-uri": [SELF],
     },
 }
-# --- Errors reach a person (portal/errors.py) -------------------------------------------------
+# --- Errors reach a person (apps/infra/errors.py) -------------------------------------------------
 # Each 500 and each failed task is mailed to ADMINS ("Name <address>, address", comma separated)
 # and, with SENTRY_DSN, reported to a Sentry-compatible tracker.
 ADMINS = admins_parse(os.environ.get("ADMINS", ""))
@@ -593,7 +594,7 @@ sentry_init(
     release=os.environ.get("SENTRY_RELEASE", ""),
 )
 
-# One format for web, workers, beat and the mail listener (portal/logs.py): JSON lines in
+# One format for web, workers, beat and the mail listener (apps/infra/logs.py): JSON lines in
 # production, a console line in development; LOG_FORMAT=json|console, LOG_LEVEL.
 LOGGING = logging_config(
     json=os.environ.get("LOG_FORMAT", "console" if DEBUG else "json") == "json",

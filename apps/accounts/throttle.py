@@ -20,7 +20,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
-from portal.redis import redis_client
+from apps.infra.redis import redis_client
 
 PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 KEY_PREFIX = "portal:throttle:"

@@ -10,7 +10,7 @@ from typing import Any
 
 from apps.firewall.choices import LiveStatus, PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, Site
-from apps.firewall.snapshot import NETWORKED_STATUSES
+from apps.members.choices import NETWORKED_STATUSES
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import structlog
 from django.conf import settings
 
 from apps.firewall import dispatch
-from portal.redis import redis_client, replicated_execute
+from apps.infra.redis import redis_client, replicated_execute
 
 log = structlog.get_logger(__name__)
 

@@ -671,7 +671,7 @@ def host_compile(
 
 def _change_waiting(site: Site) -> bool:
     from apps.firewall.pipeline import scheduled_key
-    from portal.redis import redis_client
+    from apps.infra.redis import redis_client
 
     return bool(redis_client().exists(scheduled_key(site.pk)))
 

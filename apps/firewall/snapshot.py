@@ -19,9 +19,9 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from apps.firewall.models import FirewallHost
+from apps.members.choices import NETWORKED_STATUSES
 from workers import ruleset as rs
 
-NETWORKED_STATUSES = ("active", "test")  # MemberStatus values that reach the Internet
 # Which of a networked member's rows the snapshot carries (the reader and the live state agree).
 FORWARD_CARRIED = Q(enabled=True, device__isnull=False, public_address__isnull=False)
 OPENING_CARRIED = Q(enabled=True)

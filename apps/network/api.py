@@ -22,7 +22,7 @@ from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.core.mac import mac_normalize
 from apps.firewall.choices import LiveStatus
 from apps.firewall.live import live_attach
-from apps.firewall.snapshot import NETWORKED_STATUSES
+from apps.members.choices import NETWORKED_STATUSES
 from apps.members.models import Member
 from apps.members.selectors import member_of_user
 from apps.network.choices import Protocol

@@ -18,7 +18,7 @@ from django_htmx.http import trigger_client_event
 from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.core.htmx import htmx_partial
 from apps.firewall.live import LiveHosts, live_attach, live_hosts
-from apps.firewall.snapshot import NETWORKED_STATUSES
+from apps.members.choices import NETWORKED_STATUSES
 from apps.members.models import Member
 from apps.members.selectors import member_get
 from apps.network.errors import NetworkError

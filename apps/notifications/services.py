@@ -24,6 +24,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from apps.audit.services import audit_changes, audit_record
+from apps.notifications import dispatch
 from apps.notifications.choices import LiveOutcome, LiveWhat, MailStatus, NoticeKind
 from apps.notifications.mail import notices_mail
 from apps.notifications.models import LiveCheck, Notice, Preference
@@ -42,12 +43,8 @@ FLUSH_LOCK_TTL = 900  # seconds; the flush task's time limit
 
 def _mail_soon() -> None:
     """After the commit, ask for a flush a little later (a burst of notices gathers first)."""
-    from workers.notifications import notices_mail_flush as notices_mail_flush_task
-
     transaction.on_commit(
-        lambda: notices_mail_flush_task.apply_async(
-            countdown=settings.PORTAL_NOTIFICATIONS_GATHER_SECONDS
-        )
+        lambda: dispatch.notices_mail_flush(countdown=settings.PORTAL_NOTIFICATIONS_GATHER_SECONDS)
     )
 
 
@@ -125,7 +122,7 @@ def _mail_flags(preference: Preference) -> dict[str, bool]:
 def _flush_lock() -> Iterator[bool]:
     """One flush at a time, so the hourly limit holds however many flush tasks run at once;
     the lock expires by itself if its holder dies."""
-    from portal.redis import redis_client
+    from apps.infra.redis import redis_client
 
     client = redis_client()
     token = secrets.token_hex(8)

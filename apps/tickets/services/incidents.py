@@ -14,6 +14,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from apps.core.moments import moment_check
+from apps.tickets import dispatch
 from apps.tickets.choices import ACTIVE_STATUSES, IncidentPhase, MessageKind, TicketStatus
 from apps.tickets.models import (
     Incident,
@@ -101,10 +102,8 @@ def incident_declare(
     transaction.on_commit(status_cache_refresh)
     if buildings and incident.public and django_apps.is_installed("apps.notifications"):
         # Thousands of members may live there: their notices are made by a task, never here.
-        from workers.notifications import incident_notices_create as incident_notices_task
-
         incident_id = incident.pk
-        transaction.on_commit(lambda: incident_notices_task.delay(incident_id))
+        transaction.on_commit(lambda: dispatch.incident_notices_create(incident_id))
     return incident
 
 
@@ -314,10 +313,8 @@ def incident_mass_reply(
     _audit(
         actor=actor, action="incident.mass_reply", obj=incident, detail=f"{len(tickets)} tickets"
     )
-    from workers.mail import incident_broadcast_send as incident_broadcast_send_task
-
     broadcast_id = broadcast.pk
-    transaction.on_commit(lambda: incident_broadcast_send_task.delay(broadcast_id))
+    transaction.on_commit(lambda: dispatch.incident_broadcast_send(broadcast_id))
     return broadcast
 
 

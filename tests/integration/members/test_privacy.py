@@ -14,9 +14,9 @@ from rest_framework.test import APIClient
 
 from apps.abuse.models import AddressHolding
 from apps.audit.models import AuditEntry
-from apps.core.retention import retention_run
 from apps.members.models import Member
 from apps.network.models import PublicPool
+from apps.operations.retention import retention_run
 from tests.factories import (
     PASSWORD,
     device_add,

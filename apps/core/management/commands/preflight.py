@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from portal.redis import redis_client
+from apps.infra.redis import redis_client
 
 
 def redact(url: str) -> str:

@@ -147,7 +147,7 @@ class Command(BaseCommand):
 
     def _devices_into_lab(self) -> None:
         """Give pl-dorm the addresses of the networked devices, so forwards can be tried."""
-        from apps.firewall.snapshot import NETWORKED_STATUSES
+        from apps.members.choices import NETWORKED_STATUSES
         from apps.network.models import Device
 
         member_side = [ipaddress.ip_network(n) for n in LAB_MEMBER_NETWORKS]

@@ -208,8 +208,8 @@ class PortalCollector:
         yield from (tickets, active, mail, quarantined)
 
     def _processes(self) -> Iterator[GaugeMetricFamily]:
-        from apps.health.heartbeat import BEAT_KEY, HEARTBEAT_KEY
-        from portal.redis import redis_client
+        from apps.infra.heartbeat import BEAT_KEY, HEARTBEAT_KEY
+        from apps.infra.redis import redis_client
 
         up = GaugeMetricFamily("portal_redis_up", "1 when Redis answered this scrape")
         queue = GaugeMetricFamily(
@@ -288,8 +288,8 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
 def healthz_view(request: HttpRequest) -> JsonResponse:
     """For load balancers and monitors: PostgreSQL, Redis and the worker heartbeat."""
-    from apps.health.heartbeat import HEARTBEAT_KEY
-    from portal.redis import redis_client
+    from apps.infra.heartbeat import HEARTBEAT_KEY
+    from apps.infra.redis import redis_client
 
     checks: dict[str, str] = {}
     try:
