@@ -294,3 +294,21 @@ def test_a_fault_instance_is_not_claimed_to_be_a_link_down(client_for, host):
     assert "(a tracked link is down)" not in page
     assert "IPv4 failover instance in FAULT: this host gave up the role" in page
     assert "an operator&#x27;s failover set its priority file" in page
+
+
+def test_only_the_confirmed_version_is_marked_running_the_equal_ones_say_same_as(
+    client_for, host
+):
+    """Issue 25: after a put-back several stored versions carry the running hash; only the one
+    the host confirmed says "(running)", the others "same as #N"."""
+    first = store(host, "a", cause="first")
+    store(host, "b", cause="second")
+    again = store(host, "a", cause="put back")  # the same content as #first
+    host.mark_applied(again)
+    page = client_for("admin").get(reverse("firewall:host_detail", args=[host.name]))
+    html = page.content.decode()
+    assert html.count("(running)") == 1
+    running = html.split(f'data-testid="version-{again.pk}">', 1)[1].split("</td>", 1)[0]
+    assert "(running)" in running
+    same = html.split(f'data-testid="version-{first.pk}">', 1)[1].split("</td>", 1)[0]
+    assert f"same as #{again.pk}" in same
