@@ -296,9 +296,7 @@ def test_a_fault_instance_is_not_claimed_to_be_a_link_down(client_for, host):
     assert "an operator&#x27;s failover set its priority file" in page
 
 
-def test_only_the_confirmed_version_is_marked_running_the_equal_ones_say_same_as(
-    client_for, host
-):
+def test_only_the_confirmed_version_is_marked_running_the_equal_ones_say_same_as(client_for, host):
     """Issue 25: after a put-back several stored versions carry the running hash; only the one
     the host confirmed says "(running)", the others "same as #N"."""
     first = store(host, "a", cause="first")
