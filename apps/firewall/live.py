@@ -12,7 +12,6 @@ from apps.firewall.choices import LiveStatus, PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, Site
 from apps.members.choices import NETWORKED_STATUSES
 
-
 # The reason of a pending host that staff hold on an older version (FirewallHost.pinned_version).
 PINNED = "pinned"
 
