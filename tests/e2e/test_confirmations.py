@@ -9,15 +9,8 @@ from playwright.sync_api import expect
 
 from apps.members.choices import MemberStatus
 from apps.tickets.models import Incident
-from tests.factories import (
-    PASSWORD,
-    UserFactory,
-    device_add,
-    forward_add,
-    member_active,
-    opening_add,
-    pool_create,
-)
+from tests import factories
+from tests.factories import PASSWORD, UserFactory, member_active, pool_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,7 +44,8 @@ def test_end_incident_asks_first(page, login):
     page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
     page.get_by_test_id("end-incident").click()
     expect(page.get_by_test_id("end-incident")).to_be_visible()
-    assert asked and "End this incident?" in asked[0]
+    assert len(asked) == 1
+    assert "End this incident?" in asked[0]
     incident.refresh_from_db()
     assert incident.ended_at is None  # dismissed: nothing sent
     page.once("dialog", lambda d: d.accept())
@@ -64,10 +58,10 @@ def test_end_incident_asks_first(page, login):
 def test_remove_device_names_the_forwards_and_openings_that_go_with_it(page, login):
     pool_create()
     member = member_active()
-    device = device_add(member, "server")
-    forward_add(member, device, ports="8080")
-    forward_add(member, device, ports="8081")
-    opening_add(device, ports="443")
+    device = factories.device_add(member, "server")
+    factories.forward_add(member, device, ports="8080")
+    factories.forward_add(member, device, ports="8081")
+    factories.opening_add(device, ports="443")
     member.user.set_password(PASSWORD)
     member.user.save()
     login(member.user.username, PASSWORD)
