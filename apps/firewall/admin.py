@@ -16,7 +16,7 @@ class SiteForm(forms.ModelForm):
 
     class Meta:
         model = Site
-        fields = ["name", "buildings"]
+        fields = ["name", "buildings", "fast_path"]
 
     def clean_buildings(self):
         buildings = self.cleaned_data["buildings"]
@@ -37,12 +37,12 @@ class SiteForm(forms.ModelForm):
 @admin.register(Site)
 class SiteAdmin(AuditedModelAdmin):
     form = SiteForm
-    list_display = ["name", "status", "status_at"]
+    list_display = ["name", "status", "status_at", "fast_path"]
     filter_horizontal = ["buildings"]
     readonly_fields = ["status", "status_reason", "status_at"]
 
     def save_related(self, request, form, formsets, change):
-        """Buildings changed: compile and push (after the commit)."""
+        """Buildings or the fast path changed: compile and push (after the commit)."""
         super().save_related(request, form, formsets, change)
         from apps.network.hooks import network_changed_on_commit
 

@@ -341,6 +341,7 @@ def firewall_snapshot_build(*, host: FirewallHost, data: SnapshotData | None = N
             uplink_interfaces=host.interface_names("uplink_interfaces"),
             member_interfaces=host.interface_names("member_interfaces"),
             management_interfaces=host.interface_names("management_interfaces"),
+            fast_path=bool(host.site_id and host.site.fast_path),
             shaping_root=rs.ShapingRoot(host.shaping_root),
             tx_queues=host.tx_queues,
             link_kbit=host.link_kbit,
