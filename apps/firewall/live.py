@@ -15,6 +15,9 @@ from apps.members.choices import NETWORKED_STATUSES
 from apps.members.models import Member
 from apps.network.models import Device
 
+# The reason of a pending host that staff hold on an older version (FirewallHost.pinned_version).
+PINNED = "pinned"
+
 
 @dataclass(frozen=True)
 class HostLiveState:
@@ -75,6 +78,7 @@ def live_hosts() -> LiveHosts:
             "error_reason",
             "last_push_at",
             "applied_version__snapshot_at",
+            "pinned_version_id",
         )
     )
     served = {h["pk"]: by_site[h["site_id"]] for h in hosts if by_site.get(h["site_id"])}
@@ -133,6 +137,10 @@ def live_states(
                 per_host.append(
                     HostLiveState(h["name"], LiveStatus.FAILED, reason=h["error_reason"])
                 )
+            elif h.get("pinned_version_id"):
+                # Staff hold this host on an older version: no push reaches it until they let
+                # it go, so "waiting for the firewalls" would wait forever.
+                per_host.append(HostLiveState(h["name"], LiveStatus.PENDING, reason=PINNED))
             else:
                 per_host.append(HostLiveState(h["name"], LiveStatus.PENDING))
         result[key] = LiveState(tuple(per_host))
@@ -205,6 +213,7 @@ def live_attach(rows: Iterable[Any], *, hosts: LiveHosts | None = None) -> bool:
         row.live = {
             "state": state.state,
             "hosts": [h.host for h in state.hosts if h.state == LiveStatus.LIVE],
+            "held": [h.host for h in state.hosts if h.reason == PINNED],
             "since": state.since,
             "reason": "; ".join(f"{h.host}: {h.reason}" for h in failed),
             "per_host": [

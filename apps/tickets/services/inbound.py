@@ -96,6 +96,7 @@ def _parse(raw: bytes, envelope_from: str | None) -> ParsedMail:
         raw,
         envelope_from=envelope_from,
         trusted_authserv_ids=settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS,
+        verify_dkim=settings.PORTAL_MAIL_VERIFY_DKIM,
     )
 
 
@@ -110,6 +111,7 @@ def _batch_prepare(mails: Sequence[ReceivedMail]) -> _MailBatch:
                 mail.raw,
                 envelope_from=sender,
                 trusted_authserv_ids=settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS,
+                verify_dkim=settings.PORTAL_MAIL_VERIFY_DKIM,
             )
         except MailParseError as exc:
             batch.parsed[(mail.raw, sender)] = exc
