@@ -388,6 +388,9 @@ CELERY_BEAT_SCHEDULE["notices-live"] = {
 
 # --- Authentication -------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [
+    # Per account, from all clients together (PORTAL_THROTTLE_RATES["login_account"]); then
+    # per account and client (axes: AXES_FAILURE_LIMIT).
+    "apps.accounts.throttle.AccountFailureCapBackend",
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
@@ -414,8 +417,8 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = True
 # The lockout and the sign-up limits count per real client, behind the trusted proxies
-# (PORTAL_TRUSTED_PROXIES), not per nginx.
-AXES_CLIENT_IP_CALLABLE = "apps.core.clientip.client_ip"
+# (PORTAL_TRUSTED_PROXIES), not per nginx; an IPv6 client by its /64.
+AXES_CLIENT_IP_CALLABLE = "apps.core.clientip.client_key"
 
 # Second factor (TOTP with recovery codes, django-otp; docs/two-factor.md). Required for staff
 # roles (volunteer, support, admin) and Django staff when on: on in production, off under
@@ -461,6 +464,10 @@ PORTAL_TICKET_ACK_PER_HOUR = env_int("PORTAL_TICKET_ACK_PER_HOUR", 5)
 # headers are believed: mail from a member's address that passed DMARC or aligned SPF there is
 # theirs. Empty: no header is believed, and only a ticket's own reference threads a mail.
 PORTAL_MAIL_TRUSTED_AUTHSERV_IDS = env_list("PORTAL_MAIL_TRUSTED_AUTHSERV_IDS", "")
+# Without such a header the listener verifies DKIM itself (dkimpy, the signer's key from DNS):
+# a valid signature whose domain is the From address's (or a parent of it) makes the address
+# the sender's. Off: only a trusted Authentication-Results does.
+PORTAL_MAIL_VERIFY_DKIM = env_bool("PORTAL_MAIL_VERIFY_DKIM", default=True)
 PORTAL_IMAP_HOST = os.environ.get("PORTAL_IMAP_HOST", "")
 PORTAL_IMAP_PORT = env_int("PORTAL_IMAP_PORT", 993)
 PORTAL_IMAP_SSL = env_bool("PORTAL_IMAP_SSL", default=True)
@@ -523,6 +530,12 @@ PORTAL_THROTTLE_RATES = {
     "ticket_create": os.environ.get("PORTAL_THROTTLE_TICKET_CREATE", "10/h"),
     "password_reset_address": os.environ.get("PORTAL_THROTTLE_RESET_ADDRESS", "3/h"),
     "password_reset_client": os.environ.get("PORTAL_THROTTLE_RESET_CLIENT", "10/h"),
+    # Failed sign-ins of one account from all clients together; past it the account refuses
+    # every sign-in until the window ends (the price: someone spending this many guesses can
+    # keep one account locked for an hour; a password reset by mail still works).
+    "login_account": os.environ.get("PORTAL_THROTTLE_LOGIN_ACCOUNT", "30/h"),
+    # Abuse lookups per user (page and API together; the manage.py command is not limited).
+    "abuse_lookup": os.environ.get("PORTAL_THROTTLE_ABUSE_LOOKUP", "120/h"),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Network portal API",
