@@ -10,7 +10,11 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.ruleset import topology as t
+
+pytestmark = pytest.mark.lab  # netlink and nft inside the pl-c* namespaces: needs root
 
 HELPER = Path(__file__).resolve().parents[3] / "deploy" / "firewall" / "portal_fw.py"
 
