@@ -10,6 +10,7 @@ pl-nat1 failing.
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import time
@@ -50,6 +51,21 @@ try:
     print(s.recv(100).decode() or "connected")
 except OSError as exc:
     print("refused:", exc)
+"""
+
+UDP = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1)
+s.connect((sys.argv[1], int(sys.argv[2])))
+s.send(b"x")
+try:
+    s.recv(100)
+    print("answered")
+except TimeoutError:
+    print("timed out")
+except OSError as exc:
+    print("refused:", exc.errno)
 """
 
 
@@ -263,6 +279,10 @@ def test_an_unknown_mac_is_walled_in_then_registered_and_renewed_gets_its_addres
         took = time.monotonic() - started
         assert https.returncode == 7, (https.returncode, https.stderr)  # refused, not timed out
         assert took < 1.0, took
+        # Anything else (here UDP) meets ICMP admin-prohibited at once: "no route to host".
+        assert in_ns(ns, "python3", "-c", UDP, "203.0.113.10", "9").stdout.strip() == (
+            f"refused: {errno.EHOSTUNREACH}"
+        )
         counted = in_ns("pl-nat1", "nft", "list", "chain", "inet", "portal_fw", "walled").stdout
         assert "walled garden: unregistered device" in counted
         assert "packets 0 " not in counted.split("counter", 1)[1][:40], counted  # drops counted
