@@ -116,6 +116,7 @@ INSTALLED_APPS = [
     "apps.abuse",
     "apps.notifications",
     "apps.traffic",
+    "apps.alerts",  # Alertmanager's webhook: alerts open incidents (above tickets)
     "apps.operations",  # metrics, retention, demo data: reads every app above
 ]
 
@@ -331,6 +332,16 @@ CELERY_BEAT_SCHEDULE["firewall-health"] = {
     "task": "workers.health.firewall_health_collect",
     "schedule": timedelta(seconds=PORTAL_HEALTH_INTERVAL),
     "options": {"expires": PORTAL_HEALTH_INTERVAL},
+}
+# Alertmanager's webhook (apps/alerts): the shared secret it sends as a bearer token (empty:
+# every call is refused), and how long a resolved alert group waits before it says "working
+# again" (a flap inside this time opens nothing and posts nothing).
+PORTAL_ALERTS_WEBHOOK_SECRET = os.environ.get("PORTAL_ALERTS_WEBHOOK_SECRET", "")
+PORTAL_ALERTS_HOLD_DOWN_SECONDS = env_int("PORTAL_ALERTS_HOLD_DOWN_SECONDS", 300)
+CELERY_BEAT_SCHEDULE["alerts-settle"] = {
+    "task": "workers.alerts.alert_groups_settle",
+    "schedule": timedelta(seconds=60),
+    "options": {"expires": 60},
 }
 # Test accesses: notices N days before the end (NetworkSettings), expiry after the last day.
 CELERY_BEAT_SCHEDULE["test-access-expire"] = {

@@ -26,6 +26,7 @@ app = Celery(
     "portal",
     include=[
         "workers.abuse",
+        "workers.alerts",
         "workers.dhcp",
         "workers.firewall",
         "workers.health",
