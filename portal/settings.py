@@ -399,6 +399,9 @@ CELERY_BEAT_SCHEDULE["notices-live"] = {
 
 # --- Authentication -------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [
+    # Per account, from all clients together (PORTAL_THROTTLE_RATES["login_account"]); then
+    # per account and client (axes: AXES_FAILURE_LIMIT).
+    "apps.accounts.throttle.AccountFailureCapBackend",
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
@@ -425,8 +428,8 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = True
 # The lockout and the sign-up limits count per real client, behind the trusted proxies
-# (PORTAL_TRUSTED_PROXIES), not per nginx.
-AXES_CLIENT_IP_CALLABLE = "apps.core.clientip.client_ip"
+# (PORTAL_TRUSTED_PROXIES), not per nginx; an IPv6 client by its /64.
+AXES_CLIENT_IP_CALLABLE = "apps.core.clientip.client_key"
 
 # Second factor (TOTP with recovery codes, django-otp; docs/two-factor.md). Required for staff
 # roles (volunteer, support, admin) and Django staff when on: on in production, off under
@@ -534,6 +537,12 @@ PORTAL_THROTTLE_RATES = {
     "ticket_create": os.environ.get("PORTAL_THROTTLE_TICKET_CREATE", "10/h"),
     "password_reset_address": os.environ.get("PORTAL_THROTTLE_RESET_ADDRESS", "3/h"),
     "password_reset_client": os.environ.get("PORTAL_THROTTLE_RESET_CLIENT", "10/h"),
+    # Failed sign-ins of one account from all clients together; past it the account refuses
+    # every sign-in until the window ends (the price: someone spending this many guesses can
+    # keep one account locked for an hour; a password reset by mail still works).
+    "login_account": os.environ.get("PORTAL_THROTTLE_LOGIN_ACCOUNT", "30/h"),
+    # Abuse lookups per user (page and API together; the manage.py command is not limited).
+    "abuse_lookup": os.environ.get("PORTAL_THROTTLE_ABUSE_LOOKUP", "120/h"),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Network portal API",

@@ -36,24 +36,30 @@ def _digest_args(host: FirewallHost) -> tuple[str, ...]:
 
 
 def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
-    """Read one host's health (one SSH session, the helper's `health` verb) and store it."""
+    """Read one host's health (one SSH session, the helper's `health` verb) and store it. The
+    sample's time is when it was asked for, so a push confirmed while the answer was on its way
+    is not mistaken for drift (`host_drifted`)."""
+    asked = timezone.now()
     started = time.monotonic()
     try:
         with session_for(host) as session:
             reply = session.call("health", "--sample-ms", "200", *_digest_args(host), timeout=60)
     except FirewallUnreachable as exc:
-        return _store(host, HostHealthSample(host=host, reachable=False, error=str(exc)))
+        return _store(host, HostHealthSample(host=host, at=asked, reachable=False, error=str(exc)))
     latency = (time.monotonic() - started) * 1000
     if not reply.ok:
         return _store(
             host,
-            HostHealthSample(host=host, reachable=True, latency_ms=latency, error=reply.message),
+            HostHealthSample(
+                host=host, at=asked, reachable=True, latency_ms=latency, error=reply.message
+            ),
         )
     data = reply.data
     conntrack = data.get("conntrack") or {}
     softirq = data.get("softirq") or {}
     sample = HostHealthSample(
         host=host,
+        at=asked,
         reachable=True,
         latency_ms=round(latency, 1),
         loaded_version=str(data.get("version") or "")[:128],
@@ -68,7 +74,10 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
         conntrack_stats=conntrack.get("stats") or {},
         quota_hits=(conntrack.get("quota_hits") or [])[:50],
     )
-    host_digest_compare(host=host, digest=data.get("digest") or {})
+    # A push may have confirmed while the answer was on its way: compare with what is stored.
+    host.refresh_from_db(fields=["push_status", "applied_at", "confirmed_digest", "drift"])
+    if host.applied_at is None or host.applied_at <= asked:
+        host_digest_compare(host=host, digest=data.get("digest") or {})
     return _store(host, sample)
 
 
@@ -336,6 +345,9 @@ def host_drifted(*, host: FirewallHost, sample: HostHealthSample) -> bool:
         and not sample.error
         and host.push_status == PushStatus.APPLIED
         and bool(host.applied_checksum)
+        # A sample asked for before the rollout confirmed names the version before it: the
+        # push itself read the new one back, so that is not drift (the next sample decides).
+        and (host.applied_at is None or sample.at >= host.applied_at)
         and (bool(host.drift) or sample.loaded_version != host.applied_checksum)
     )
 

@@ -39,8 +39,18 @@ REQUEST_LATENCY = Histogram(
 )
 
 
+# The methods the portal answers; any other (a client may send "FOO1", "FOO2", ...) is counted
+# as "other", so no anonymous client can add label values (time series) without bound.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def method_label(method: str | None) -> str:
+    """The request's method as a label value from a fixed set."""
+    return method if method in KNOWN_METHODS else "other"
+
+
 class RequestLatencyMiddleware:
-    """Times every request by its resolved view name."""
+    """Times every request by its resolved view name (a bounded set: the URL names)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -50,7 +60,7 @@ class RequestLatencyMiddleware:
         response = self.get_response(request)
         match = getattr(request, "resolver_match", None)
         view = match.view_name if match is not None and match.view_name else "unresolved"
-        REQUEST_LATENCY.labels(view=view[:80], method=request.method or "?").observe(
+        REQUEST_LATENCY.labels(view=view[:80], method=method_label(request.method)).observe(
             time.perf_counter() - started
         )
         return response

@@ -13,6 +13,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from apps.core.moments import moment_check
 from apps.tickets import dispatch
 from apps.tickets.choices import ACTIVE_STATUSES, IncidentPhase, MessageKind, TicketStatus
 from apps.tickets.models import (
@@ -71,6 +72,11 @@ def incident_declare(
     come from members living in an affected building."""
     if not title.strip():
         raise TicketError(_("An incident needs a title."))
+    if started_at is not None:
+        try:
+            moment_check(started_at)
+        except ValueError as exc:
+            raise TicketError(str(exc)) from None
     incident = Incident.objects.create(
         title=title.strip()[:200],
         title_de=title_de.strip()[:200],

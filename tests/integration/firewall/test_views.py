@@ -253,3 +253,32 @@ def test_push_now_without_any_enabled_firewall_says_so(client_for, firewall_redi
     page = admin.get(reverse("firewall:push_outcome", args=[request_id])).content.decode()
     assert "No firewall is enabled: there was nothing to push to." in page
     assert "hx-trigger" not in page
+
+
+def test_a_sample_taken_before_the_confirmed_push_is_not_drift(client_for, host):
+    """Issue 25: right after a push the newest health sample still names the version before it;
+    the rollout itself confirmed the new one, so the list shows no red "Runs version X,
+    expected Y" until a sample taken after the push disagrees."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    old = store(host, "old")
+    new = store(host, "new")
+    host.mark_applied(new)
+    HostHealthSample.objects.create(
+        host=host,
+        reachable=True,
+        loaded_version=old.content_hash,
+        at=host.applied_at - timedelta(seconds=2),  # asked just before the push confirmed
+    )
+    client = client_for("volunteer")
+    page = client.get(reverse("firewall:host_list")).content.decode()
+    assert "Runs version" not in page
+    detail = client.get(reverse("firewall:host_detail", args=[host.name])).content.decode()
+    assert "Runs version" not in detail
+    HostHealthSample.objects.create(
+        host=host, reachable=True, loaded_version=old.content_hash, at=timezone.now()
+    )
+    page = client.get(reverse("firewall:host_list")).content.decode()
+    assert f"Runs version {old.content_hash[:12]}, expected {new.content_hash[:12]}" in page
