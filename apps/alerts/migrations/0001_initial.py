@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("firewall", "0015_version_texts_pending"),
-        ("tickets", "0005_incident_title_de_incidentupdate_body_de"),
+        ("tickets", "0006_incident_title_de_incidentupdate_body_de"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

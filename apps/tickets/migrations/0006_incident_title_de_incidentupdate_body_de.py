@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tickets", "0004_ticket_sender_unverified"),
+        ("tickets", "0005_incident_started_sane"),
     ]
 
     operations = [
