@@ -343,6 +343,18 @@ CELERY_BEAT_SCHEDULE["alerts-settle"] = {
     "schedule": timedelta(seconds=60),
     "options": {"expires": 60},
 }
+# The off-site status page (apps/tickets/publish.py, deploy/README.md): "" (off), a directory,
+# or user@host:/path reached with rsync over SSH (key, known_hosts and port below).
+PORTAL_STATUS_PUBLISH_TARGET = os.environ.get("PORTAL_STATUS_PUBLISH_TARGET", "")
+PORTAL_STATUS_PUBLISH_SSH_KEY = os.environ.get("PORTAL_STATUS_PUBLISH_SSH_KEY", "")
+PORTAL_STATUS_PUBLISH_KNOWN_HOSTS = os.environ.get("PORTAL_STATUS_PUBLISH_KNOWN_HOSTS", "")
+PORTAL_STATUS_PUBLISH_SSH_PORT = env_int("PORTAL_STATUS_PUBLISH_SSH_PORT", 0)
+if PORTAL_STATUS_PUBLISH_TARGET:  # the backstop: the page's "as of" time never gets old
+    CELERY_BEAT_SCHEDULE["status-publish"] = {
+        "task": "workers.status.status_publish",
+        "schedule": timedelta(minutes=5),
+        "options": {"expires": 300},
+    }
 # Test accesses: notices N days before the end (NetworkSettings), expiry after the last day.
 CELERY_BEAT_SCHEDULE["test-access-expire"] = {
     "task": "workers.network.expire_test_accesses",

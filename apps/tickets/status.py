@@ -131,6 +131,9 @@ def status_cache_refresh() -> None:
         status_data()
     except Exception:  # the status page rebuilds on its next request
         return
+    from apps.tickets.publish import status_publish_soon  # the off-site copy follows
+
+    status_publish_soon()
 
 
 def public_face_refresh(**_kwargs: object) -> None:
