@@ -40,6 +40,7 @@ from apps.tickets.forms import (
 )
 from apps.tickets.middleware import status_response
 from apps.tickets.models import CannedResponse, InboundMail, Incident, Queue, Ticket
+from apps.tickets.signals_timeline import incident_signals, signal_kinds
 from apps.tickets.status import status_data, status_html_get, status_html_set
 
 
@@ -555,6 +556,8 @@ class IncidentPage(SupportRequiredMixin, View):
                 }
             ),
             "merge_form": forms.get("merge_form") or IncidentMergeForm(incident=incident),
+            "signals": incident_signals(incident),
+            "signal_kinds": signal_kinds(),
         }
 
 

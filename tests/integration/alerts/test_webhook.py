@@ -318,3 +318,40 @@ def test_the_incident_page_shows_the_alert_and_asks_a_person_to_confirm_the_end(
     page = staff.get(f"/support/incidents/{incident.pk}/").content.decode()
     assert 'data-testid="confirm-end"' in page
     assert "The monitoring sees it working again" in page
+
+
+@pytest.mark.django_db
+def test_the_incident_page_shows_the_signals_around_the_start(webhook_secret, site, make_user):
+    from apps.firewall.models import FirewallHost, PushLogEntry, Site
+    from apps.health.models import HostHealthSample
+    from tests.factories import BuildingFactory
+
+    fw1 = FirewallHost.objects.get(name="fw-n1")
+    south = Site.objects.create(name="south")
+    south.buildings.set([BuildingFactory(code="S1")])
+    other = FirewallHost.objects.create(name="fw-elsewhere", address="10.255.255.99", site=south)
+    before = START - dt.timedelta(minutes=2)
+    master = {"instances": {"ipv4": {"state": "MASTER"}}}
+    HostHealthSample.objects.create(
+        host=fw1, at=before, reachable=True, softirq_per_cpu=[0.2, 0.4], conntrack_count=500,
+        conntrack_max=1000, conntrack_stats={"drop": 1}, ha=master,
+    )  # fmt: skip
+    HostHealthSample.objects.create(
+        host=fw1, at=START, reachable=True, softirq_per_cpu=[0.97, 0.1], conntrack_count=990,
+        conntrack_max=1000, conntrack_stats={"drop": 41}, ha={"instances": {"ipv4": {"state": "FAULT"}}},
+    )  # fmt: skip
+    HostHealthSample.objects.create(host=other, at=START, reachable=False)
+    HostHealthSample.objects.create(host=fw1, at=START - dt.timedelta(hours=2), reachable=False)
+    PushLogEntry.objects.create(host=fw1, step="apply", ok=False, message="nft: busy", at=before)
+    post(Client(), message(alert("SoftirqSaturated", host="fw-n1", starts_at=START)))
+    staff = Client()
+    staff.force_login(make_user(roles=("support",)))
+    incident = Incident.objects.get()
+    page = staff.get(f"/support/incidents/{incident.pk}/").content.decode()
+    assert "softirq per core: 97% 10%" in page
+    assert "conntrack 990 of 1000" in page
+    assert "40 new connections dropped" in page
+    assert "ipv4: MASTER → FAULT" in page
+    assert "apply: failed (nft: busy)" in page
+    assert "fw-elsewhere" not in page  # another site's host
+    assert page.count('data-testid="signal-sample"') == 2  # not the sample two hours before
