@@ -18,6 +18,7 @@ from pathlib import Path
 import structlog
 from django.conf import settings
 from django.contrib.staticfiles import finders
+from django.contrib.staticfiles.storage import staticfiles_storage
 from django.template.loader import render_to_string
 from django.utils import translation
 
@@ -78,12 +79,25 @@ def status_pages_render(directory: Path) -> list[Path]:
         page.write_text(html, encoding="utf-8")
         written.append(page)
         for name in STATIC_HREF.findall(html):
-            source = finders.find(name)
+            source = _static_source(name)
             if source:
                 copy = directory / "static" / name
                 copy.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, copy)
     return written
+
+
+def _static_source(name: str) -> str | None:
+    """The file behind a /static/ URL: collected (hashed names in production) or found in the
+    apps' static directories (development)."""
+    try:
+        path = staticfiles_storage.path(name)
+    except NotImplementedError:  # pragma: no cover - a remote storage
+        path = ""
+    if path and Path(path).is_file():
+        return path
+    found = finders.find(name)
+    return found if isinstance(found, str) else None
 
 
 def status_publish() -> str:
