@@ -310,6 +310,9 @@ def test_the_incident_page_shows_the_alert_and_asks_a_person_to_confirm_the_end(
     page = staff.get(f"/support/incidents/{incident.pk}/").content.decode()
     assert "no firewall of the pair is primary" in page
     assert 'data-testid="confirm-end"' not in page
+    german = staff.get(f"/support/incidents/{incident.pk}/", headers={"Accept-Language": "de"})
+    assert "Für North 1, North 2 ist keine Firewall aktiv</h1>" in german.content.decode()
+    assert "Die Überwachung hat das selbst bemerkt" in german.content.decode()
     post(
         Client(),
         message(alert("FailoverNoPrimary", site="north", starts_at=START, status="resolved")),
