@@ -487,6 +487,10 @@ PORTAL_TICKET_ACK_PER_HOUR = env_int("PORTAL_TICKET_ACK_PER_HOUR", 5)
 # headers are believed: mail from a member's address that passed DMARC or aligned SPF there is
 # theirs. Empty: no header is believed, and only a ticket's own reference threads a mail.
 PORTAL_MAIL_TRUSTED_AUTHSERV_IDS = env_list("PORTAL_MAIL_TRUSTED_AUTHSERV_IDS", "")
+# Without such a header the listener verifies DKIM itself (dkimpy, the signer's key from DNS):
+# a valid signature whose domain is the From address's (or a parent of it) makes the address
+# the sender's. Off: only a trusted Authentication-Results does.
+PORTAL_MAIL_VERIFY_DKIM = env_bool("PORTAL_MAIL_VERIFY_DKIM", default=True)
 PORTAL_IMAP_HOST = os.environ.get("PORTAL_IMAP_HOST", "")
 PORTAL_IMAP_PORT = env_int("PORTAL_IMAP_PORT", 993)
 PORTAL_IMAP_SSL = env_bool("PORTAL_IMAP_SSL", default=True)

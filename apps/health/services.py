@@ -285,7 +285,10 @@ def ha_warnings(*, host: FirewallHost, sample: HostHealthSample) -> list[HealthW
             found.append(
                 HealthWarning(
                     "vrrp-fault",
-                    _("%(family)s failover instance in FAULT (a tracked link is down).")
+                    _(
+                        "%(family)s failover instance in FAULT: this host gave up the role (a "
+                        "tracked link is down, or an operator's failover set its priority file)."
+                    )
                     % {"family": FAMILY_LABELS[name]},
                 )
             )

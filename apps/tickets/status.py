@@ -11,7 +11,11 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone, translation
 
-from apps.health.selectors import failed_over_families, firewall_host_states
+from apps.health.selectors import (
+    failed_over_families,
+    firewall_host_states,
+    public_problem_count,
+)
 from apps.tickets.choices import IncidentPhase, IncidentSeverity
 from apps.tickets.models import Incident
 
@@ -96,11 +100,11 @@ def _firewall_summary() -> dict[str, Any] | None:
             states = firewall_host_states()
     except Exception:
         return None
-    healthy = sum(1 for state in states if state.ok)
+    degraded = public_problem_count(states)
     return {
         "total": len(states),
-        "healthy": healthy,
-        "degraded": len(states) - healthy,
+        "healthy": len(states) - degraded,
+        "degraded": degraded,
         "on_backup": failed_over_families(states),
     }
 

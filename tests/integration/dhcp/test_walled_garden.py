@@ -90,6 +90,8 @@ def test_a_signed_in_member_registers_the_device_with_the_mac_from_the_lease(cli
     text = response.content.decode()
     assert f"is registered with {device.ipv4}" in text
     assert "This device is registered as “laptop”" in text  # the page now says so
+    assert "<h1>This device is registered</h1>" in text
+    assert "not registered" not in text  # neither the heading nor the title contradicts it
     assert AuditEntry.objects.filter(action="device.add", object_id=str(device.pk)).exists()
 
 

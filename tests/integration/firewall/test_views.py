@@ -282,3 +282,31 @@ def test_a_sample_taken_before_the_confirmed_push_is_not_drift(client_for, host)
     )
     page = client.get(reverse("firewall:host_list")).content.decode()
     assert f"Runs version {old.content_hash[:12]}, expected {new.content_hash[:12]}" in page
+
+
+def test_a_fault_instance_is_not_claimed_to_be_a_link_down(client_for, host):
+    """Issue 25: `lab.sh failover` (the priority file) puts an instance in FAULT with every link
+    up; the warning names both causes instead of asserting a tracked link is down."""
+    HostHealthSample.objects.create(
+        host=host, reachable=True, ha={"instances": {"ipv4": {"state": "FAULT"}}}
+    )
+    page = client_for("volunteer").get(reverse("firewall:host_list")).content.decode()
+    assert "(a tracked link is down)" not in page
+    assert "IPv4 failover instance in FAULT: this host gave up the role" in page
+    assert "an operator&#x27;s failover set its priority file" in page
+
+
+def test_only_the_confirmed_version_is_marked_running_the_equal_ones_say_same_as(client_for, host):
+    """Issue 25: after a put-back several stored versions carry the running hash; only the one
+    the host confirmed says "(running)", the others "same as #N"."""
+    first = store(host, "a", cause="first")
+    store(host, "b", cause="second")
+    again = store(host, "a", cause="put back")  # the same content as #first
+    host.mark_applied(again)
+    page = client_for("admin").get(reverse("firewall:host_detail", args=[host.name]))
+    html = page.content.decode()
+    assert html.count("(running)") == 1
+    running = html.split(f'data-testid="version-{again.pk}">', 1)[1].split("</td>", 1)[0]
+    assert "(running)" in running
+    same = html.split(f'data-testid="version-{first.pk}">', 1)[1].split("</td>", 1)[0]
+    assert f"same as #{again.pk}" in same
