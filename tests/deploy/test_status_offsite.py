@@ -115,3 +115,60 @@ def test_an_unreachable_ssh_target_fails_for_the_task_to_retry(settings):
     settings.PORTAL_STATUS_PUBLISH_SSH_PORT = free_port()  # nothing listens there
     with pytest.raises(PublishError):
         publish.status_publish()
+
+
+@pytest.mark.django_db
+def test_the_page_reaches_a_second_host_over_ssh(scratch, settings):
+    """A real sshd on loopback (its own host key and authorised key) stands in for the second
+    web host; rsync over SSH with the pinned host key puts both languages there."""
+    import getpass
+    import os
+
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    keys = scratch / "keys"
+    keys.mkdir()
+    for name in ("host", "portal"):
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", keys / name], check=True
+        )
+    (keys / "authorized_keys").write_text((keys / "portal.pub").read_text())
+    os.chmod(keys / "authorized_keys", 0o600)
+    port = free_port()
+    (keys / "known_hosts").write_text(
+        f"[127.0.0.1]:{port} " + " ".join((keys / "host.pub").read_text().split()[:2]) + "\n"
+    )
+    config = keys / "sshd_config"
+    config.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\n"
+        f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPasswordAuthentication no\n"
+        f"KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\n"
+        f"UsePAM no\nPidFile {keys / 'sshd.pid'}\n"
+    )
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory (root's sshd)
+    log = scratch / "sshd.log"
+    proc = subprocess.Popen(
+        [sshd, "-D", "-e", "-f", config], stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    root = scratch / "status"
+    try:
+        wait_for_port(port, proc=proc, log=log)
+        settings.PORTAL_STATUS_PUBLISH_TARGET = f"{getpass.getuser()}@127.0.0.1:{root}"
+        settings.PORTAL_STATUS_PUBLISH_SSH_PORT = port
+        settings.PORTAL_STATUS_PUBLISH_SSH_KEY = str(keys / "portal")
+        settings.PORTAL_STATUS_PUBLISH_KNOWN_HOSTS = str(keys / "known_hosts")
+        incident_declare(actor=None, title="Uplink down", title_de="Uplink ausgefallen")
+        publish.status_publish()
+        assert "Uplink down" in (root / "index.html").read_text()
+        assert "Uplink ausgefallen" in (root / "de/index.html").read_text()
+        # Another host key at that address: refused (no prompt, nothing copied).
+        (keys / "known_hosts").write_text(
+            f"[127.0.0.1]:{port} " + " ".join((keys / "portal.pub").read_text().split()[:2]) + "\n"
+        )
+        (root / "index.html").unlink()
+        with pytest.raises(PublishError):
+            publish.status_publish()
+        assert not (root / "index.html").exists()
+    finally:
+        stop(proc)
