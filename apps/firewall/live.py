@@ -10,7 +10,10 @@ from typing import Any
 
 from apps.firewall.choices import LiveStatus, PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, Site
+from apps.firewall.snapshot import carried_rows
 from apps.members.choices import NETWORKED_STATUSES
+from apps.members.models import Member
+from apps.network.models import Device
 
 # The reason of a pending host that staff hold on an older version (FirewallHost.pinned_version).
 PINNED = "pinned"
@@ -150,8 +153,6 @@ def _not_carried(rows: list[Any]) -> dict[Any, str]:
     from django.db.models import BooleanField, Case, Value, When
     from django.utils.translation import gettext as _
 
-    from apps.firewall.snapshot import carried_rows
-
     model = type(rows[0])
     carried, status_path = carried_rows(model)
     found = model.objects.filter(pk__in=[row.pk for row in rows]).annotate(
@@ -180,9 +181,6 @@ def live_attach(rows: Iterable[Any], *, hosts: LiveHosts | None = None) -> bool:
     building_of = None
     hosts = hosts or live_hosts()
     if hosts.served:  # some hosts serve only some buildings: which building is each row's?
-        from apps.members.models import Member
-        from apps.network.models import Device
-
         if hasattr(rows[0], "member_id"):  # devices and forwards name their member
             member_of = {row.pk: row.member_id for row in rows}
             buildings = dict(

@@ -10,6 +10,8 @@ from django.db.models import OuterRef, Subquery
 from apps.firewall.models import FirewallHost
 from apps.health.models import HostHealthSample
 from apps.health.services import HealthWarning, host_warnings, pair_warnings, vrrp_roles
+from apps.members.models import Member
+from apps.network.models import Device, PublicAddress
 
 
 @dataclass
@@ -166,9 +168,6 @@ def quota_hit_members(sample: HostHealthSample | None) -> list[QuotaHit]:
     """The sample's quota hits with their members (public IPv4 -> its member; a /64 -> the
     member whose devices hold addresses in it), in two queries."""
     import ipaddress
-
-    from apps.members.models import Member
-    from apps.network.models import Device, PublicAddress
 
     if sample is None or not sample.quota_hits:
         return []

@@ -52,6 +52,7 @@ def task_send(name: str, *args: Any, countdown: float | None = None) -> None:
 
 @app.on_after_configure.connect(weak=False)
 def _broker_failover(sender: Celery, **_: Any) -> None:
+    # needs Django, and this module loads before the settings
     from apps.infra.broker import keep_on_failover
 
     keep_on_failover(sender.conf.broker_transport)
@@ -98,6 +99,7 @@ class PortalScheduler(RedBeatScheduler):
     _last_beat = 0.0
 
     def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
+        # needs Django, and this module loads before the settings
         from apps.infra.redis import redis_client
 
         # celery-redbeat tells "set" from "fallen back to the broker's" by the bare names
@@ -146,6 +148,7 @@ class PortalScheduler(RedBeatScheduler):
         now = time.monotonic()
         if now - self._last_beat < 2:
             return
+        # needs Django, and this module loads before the settings
         from apps.infra.heartbeat import beat_alive_mark
 
         self._last_beat = now

@@ -28,6 +28,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from apps.core.clientip import client_address
+from apps.dhcp.models import Lease
+from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
+from apps.health.models import HostHealthSample
+from apps.infra.heartbeat import BEAT_KEY, HEARTBEAT_KEY
+from apps.infra.redis import redis_client
+from apps.tickets.choices import ACTIVE_STATUSES
+from apps.tickets.models import InboundMail, Ticket
 
 REQUEST_LATENCY = Histogram(
     "portal_http_request_seconds",
@@ -75,9 +82,6 @@ class PortalCollector:
         yield from self._dhcp()
 
     def _hosts(self) -> Iterator[GaugeMetricFamily]:
-        from apps.firewall.models import FirewallHost, RuleSetVersion
-        from apps.health.models import HostHealthSample
-
         reachable = GaugeMetricFamily(
             "portal_firewall_host_reachable", "1 when the newest health sample reached the host",
             labels=["host", "site"],
@@ -160,8 +164,6 @@ class PortalCollector:
     def _pushes(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count
 
-        from apps.firewall.models import PushLogEntry
-
         pushes = GaugeMetricFamily(
             "portal_firewall_push_steps_last_hour",
             "Push steps of the last hour by host, step and outcome",
@@ -179,9 +181,6 @@ class PortalCollector:
 
     def _tickets_and_mail(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count
-
-        from apps.tickets.choices import ACTIVE_STATUSES
-        from apps.tickets.models import InboundMail, Ticket
 
         tickets = GaugeMetricFamily(
             "portal_tickets", "Tickets by status (open = new, open and waiting)", labels=["status"]
@@ -208,9 +207,6 @@ class PortalCollector:
         yield from (tickets, active, mail, quarantined)
 
     def _processes(self) -> Iterator[GaugeMetricFamily]:
-        from apps.infra.heartbeat import BEAT_KEY, HEARTBEAT_KEY
-        from apps.infra.redis import redis_client
-
         up = GaugeMetricFamily("portal_redis_up", "1 when Redis answered this scrape")
         queue = GaugeMetricFamily(
             "portal_queue_length", "Tasks waiting in a Celery queue", labels=["queue"]
@@ -241,8 +237,6 @@ class PortalCollector:
 
     def _dhcp(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count
-
-        from apps.dhcp.models import Lease
 
         leases = GaugeMetricFamily(
             "portal_dhcp_leases_active",
@@ -288,8 +282,6 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
 def healthz_view(request: HttpRequest) -> JsonResponse:
     """For load balancers and monitors: PostgreSQL, Redis and the worker heartbeat."""
-    from apps.infra.heartbeat import HEARTBEAT_KEY
-    from apps.infra.redis import redis_client
 
     checks: dict[str, str] = {}
     try:

@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 
 from apps.abuse.services import device_addresses_record
 from apps.audit.services import audit_changes, audit_record
+from apps.members.models import Room
 from apps.network.errors import (
     DeviceLimitReached,
     DeviceNameInUse,
@@ -20,7 +21,15 @@ from apps.network.errors import (
     NoSubnet,
 )
 from apps.network.hooks import network_changed_on_commit
-from apps.network.models import Device, Family, Ipv6Opening, NetworkSettings, PortForward, Subnet
+from apps.network.models import (
+    Device,
+    Family,
+    Ipv6Opening,
+    ManagementNetwork,
+    NetworkSettings,
+    PortForward,
+    Subnet,
+)
 from apps.network.services.forwards import _forward_delete, _opening_delete
 from apps.network.services.helpers import (
     _device_values,
@@ -201,8 +210,6 @@ def _subnet_reserved_check(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -
     member gateway (a device would be given the router's address)."""
     from django.apps import apps as django_apps
 
-    from apps.network.models import ManagementNetwork
-
     clash = ManagementNetwork.objects.filter(network__net_overlaps=str(net)).first()
     if clash is not None:
         raise NetworkError(
@@ -261,8 +268,6 @@ def subnet_create(*, building: Building, network: str, actor: User | None) -> Su
         actor=actor, action="subnet.create", obj=subnet, changes={"network": [None, str(net)]}
     )
     if net.version == 6:
-        from apps.members.models import Room
-
         for room in Room.objects.filter(building=building, ipv6_prefix__isnull=True).order_by("id"):
             room.ipv6_prefix = room_ipv6_prefix_next(building=building)
             room.save(update_fields=["ipv6_prefix"])

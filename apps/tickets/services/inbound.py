@@ -30,7 +30,6 @@ from apps.tickets.services.helpers import (
     _msgid,
     _reply_subject,
     _thread_headers,
-    queue_default,
 )
 from apps.tickets.services.outbound import _send_after_commit
 
@@ -68,6 +67,17 @@ class _MailBatch:
 
 
 _MAIL_BATCH: ContextVar[_MailBatch | None] = ContextVar("tickets_mail_batch", default=None)
+
+
+def queue_default() -> Queue:
+    """The queue new tickets land in (looked up once per batch of received mail)."""
+    batch = _MAIL_BATCH.get()
+    if batch is not None and batch.queue is not None:
+        return batch.queue
+    queue, _created = Queue.objects.get_or_create(slug="support", defaults={"name": "Support"})
+    if batch is not None:
+        batch.queue = queue
+    return queue
 
 
 def _envelope_sender(envelope_from: str | None) -> str:

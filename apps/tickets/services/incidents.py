@@ -14,6 +14,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from apps.core.moments import moment_check
+from apps.notifications.models import Preference
 from apps.tickets import dispatch
 from apps.tickets.choices import ACTIVE_STATUSES, IncidentPhase, MessageKind, TicketStatus
 from apps.tickets.models import (
@@ -168,7 +169,6 @@ def _requester_languages(tickets: list[Ticket]) -> dict[int, str]:
     """Each ticket's requester's chosen language ("" when none was chosen or no member wrote)."""
     if not django_apps.is_installed("apps.notifications"):
         return {}
-    from apps.notifications.models import Preference
 
     users = {t.requester_id for t in tickets if t.requester_id}
     chosen = dict(
