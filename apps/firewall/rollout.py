@@ -19,6 +19,7 @@ from django.utils import timezone
 from apps.firewall.choices import PushStep, SiteStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion, Site
 from apps.firewall.transport import (
+    AgentMismatch,
     FirewallSession,
     FirewallUnreachable,
     HelperReply,
@@ -318,7 +319,10 @@ class _Push:
             session = self.session.__enter__()
         except FirewallUnreachable as exc:
             self.log(PushStep.CONNECT, False, str(exc), started)
-            return self.fail(PushStep.CONNECT, str(exc), unreachable=True)
+            # An agent of another protocol answered: reachable, but it must be updated.
+            return self.fail(
+                PushStep.CONNECT, str(exc), unreachable=not isinstance(exc, AgentMismatch)
+            )
         self.log(PushStep.CONNECT, True, "", started)
         applied = False
         try:
