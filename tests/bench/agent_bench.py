@@ -143,7 +143,9 @@ from portal_fw.agent import Agent
 from portal_fw.host import Host
 fd = os.open('/run/netns/{ns}', os.O_RDONLY)
 ctypes.CDLL(None, use_errno=True).setns(fd, 0)
-agent = Agent(Host(__import__('pathlib').Path(sys.argv[1]), 'bench'), 1 << 30)
+state = __import__('pathlib').Path(sys.argv[1])
+state.mkdir()
+agent = Agent(Host(state, 'bench'), 1 << 30)
 full, inc = json.loads(open(sys.argv[2]).read()), json.loads(open(sys.argv[3]).read())
 agent.answer('apply-bundle', {{'confirm_within': 600, 'health_sample_ms': 0}}, full)
 agent.answer('confirm', {{}})
@@ -153,7 +155,7 @@ agent.answer('apply-bundle', {{'confirm_within': 600, 'health_sample_ms': 0}}, i
 prof.disable()
 agent.answer('confirm', {{}})
 s = io.StringIO()
-pstats.Stats(prof, stream=s).sort_stats('cumulative').print_stats(14)
+pstats.Stats(prof, stream=s).sort_stats('cumulative').print_stats(25)
 print(s.getvalue())
 """
     with tempfile.TemporaryDirectory() as tmp, namespaces(ns):
@@ -173,7 +175,7 @@ print(s.getvalue())
         if done.returncode:
             return f"profile failed: {done.stderr.strip()[-500:]}"
         lines = [line for line in done.stdout.splitlines() if line.strip()]
-        return "\n".join(lines[:30])
+        return "\n".join(lines[:40])
 
 
 def main() -> None:

@@ -192,7 +192,7 @@ def apply_bundle(host: Host, args: JSON) -> JSON:
         read = read or digest.digest_or_error(host)
         host.write_json(host.state_file, {"version": version, "bundle": True, "modes": modes,
                         "applied_at": now_iso(), "confirmed": False,
-                        "digest": digest.recorded_digest(read)})  # fmt: skip
+                        "digest": digest.recorded_digest(read)}, durable=True)  # fmt: skip
         sampled = None if sample_ms is None else health.collect(host, sample_ms, digest=read, ha=ha)
         deadline = armed.restart_window()
     host.log({"event": "bundle-applied", "version": version, "modes": modes,
@@ -266,7 +266,7 @@ def confirm(host: Host, args: JSON) -> JSON:
         host.kill_timer(pending)
         host.pending_file.unlink()
         state.update(confirmed=True, confirmed_at=now_iso(), last_event=None)
-        host.write_json(host.state_file, state)
+        host.write_json(host.state_file, state, durable=True)
     host.log({"event": "confirmed", "version": state.get("version")})
     return {"version": state.get("version"), "confirmed": True}
 

@@ -285,7 +285,13 @@ def incremental_digest(
         read += fresh
     nft_seconds = time.monotonic() - started
     tc_touched = tc.devices(artefacts["tc"]["text"]) if "tc" in artefacts else set()
-    for dev in sorted(tc.devices(host.read_tc_current())):
+    if artefacts.get("tc", {}).get("mode", "increment") == "increment":
+        # The shaping devices are the recorded ones plus those the increment names (reading
+        # them from tc.current is a pass over a 24,000-class batch: ~0.2 s at 20,000 members).
+        shaping = {k[3:] for k in previous_parts if k.startswith("tc:")} | tc_touched
+    else:
+        shaping = tc.devices(host.read_tc_current())
+    for dev in sorted(shaping):
         key = f"tc:{dev}"
         if dev in tc_touched or key not in previous_parts:
             parts[key] = tc_part(dev)

@@ -78,19 +78,26 @@ class Host:
             return None
         return data if isinstance(data, dict) else None
 
-    def write_file(self, path: Path, data: str) -> None:
+    def write_file(self, path: Path, data: str, *, durable: bool = False) -> None:
+        """Replace `path` by rename (atomic for readers and for the death of this process).
+        `durable`: fsync first. Only the state is: scratch texts, the rollback point and the
+        timer's file describe the kernel's rule set, which a power loss takes with them."""
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
 
-    def write_json(self, path: Path, obj: JSON, *, compact: bool = False) -> None:
+    def write_json(
+        self, path: Path, obj: JSON, *, compact: bool = False, durable: bool = False
+    ) -> None:
         if compact:  # large state: the C encoder (indent makes json use the Python one)
-            self.write_file(path, json.dumps(obj, separators=(",", ":")) + "\n")
+            self.write_file(path, json.dumps(obj, separators=(",", ":")) + "\n", durable=durable)
         else:
-            self.write_file(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+            text = json.dumps(obj, indent=1, sort_keys=True) + "\n"
+            self.write_file(path, text, durable=durable)
 
     def state(self) -> JSON:
         return self.read_json(self.state_file) or {}
@@ -146,8 +153,6 @@ class Host:
         if append is not None:
             with open(tmp, "a", encoding="utf-8") as fh:
                 fh.write(append if append.endswith("\n") else append + "\n")
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
         os.replace(tmp, self.nft_current)
         self.write_json(self.nft_current_meta, {"bytes": self.nft_current.stat().st_size})
 

@@ -15,7 +15,6 @@ SSH connection and the portal: an apply nobody confirms is undone by the host it
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -89,11 +88,6 @@ def capture(host: Host, devices: Iterable[str]) -> JSON:
         "state": host.state(),
     }
     (work / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    for path in [*work.rglob("*"), work]:
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_RDONLY)
-            os.fsync(fd)
-            os.close(fd)
     link = host.state_dir / "rollback.d.new"
     link.unlink(missing_ok=True)
     os.symlink(work.name, link)
