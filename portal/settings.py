@@ -16,10 +16,10 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
-from portal.dburl import database_from_url
-from portal.errors import admins_parse, sentry_init
-from portal.logs import logging_config
-from portal.redisconf import RedisConfigError, redis_config_from_env
+from apps.infra.dburl import database_from_url
+from apps.infra.errors import admins_parse, sentry_init
+from apps.infra.logs import logging_config
+from apps.infra.redisconf import RedisConfigError, redis_config_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
@@ -116,11 +116,12 @@ INSTALLED_APPS = [
     "apps.abuse",
     "apps.notifications",
     "apps.traffic",
+    "apps.operations",  # metrics, retention, demo data: reads every app above
 ]
 
 MIDDLEWARE = [
-    "portal.logs.RequestIdMiddleware",  # a request id on every log line of the request
-    "apps.core.metrics.RequestLatencyMiddleware",  # portal_http_request_seconds per view
+    "apps.infra.logs.RequestIdMiddleware",  # a request id on every log line of the request
+    "apps.operations.metrics.RequestLatencyMiddleware",  # portal_http_request_seconds per view
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",  # before the status page's fast path: its answers get it too
     # Answers warm /status/ requests before sessions, auth, CSRF and messages (apps.tickets).
@@ -196,7 +197,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: cache, locks, heartbeats; Celery broker --------------------------------------------
 # One server (REDIS_URL + CELERY_BROKER_URL) or Sentinel (REDIS_SENTINELS + REDIS_SENTINEL_MASTER):
-# portal/redisconf.py reads either, and every Redis user takes its connection from REDIS.
+# apps/infra/redisconf.py reads either, and every Redis user takes its connection from REDIS.
 try:
     REDIS = redis_config_from_env(
         os.environ,
@@ -205,21 +206,21 @@ try:
     )
 except RedisConfigError as exc:
     raise ImproperlyConfigured(str(exc)) from None
-REDIS_URL = REDIS.describe()  # for messages; connections come from portal.redis
+REDIS_URL = REDIS.describe()  # for messages; connections come from apps.infra.redis
 CACHES = {
     "default": {
-        "BACKEND": "portal.redis.PortalRedisCache",
+        "BACKEND": "apps.infra.redis.PortalRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "portal"),
     }
 }
 
 CELERY_BROKER_URL = REDIS.celery_broker_url()
-# With Sentinel, a publish returns once a replica holds the task (portal/broker.py).
+# With Sentinel, a publish returns once a replica holds the task (apps/infra/broker.py).
 CELERY_BROKER_TRANSPORT = REDIS.celery_broker_transport()
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None  # a worker waits for its broker (retries every 5 s)
-CELERY_WORKER_CONSUMER = "portal.celery:PortalConsumer"  # reconnects quickly after a failover
+CELERY_WORKER_CONSUMER = "apps.infra.celery:PortalConsumer"  # reconnects quickly after a failover
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": 3600,
     "socket_connect_timeout": 2,
@@ -247,7 +248,7 @@ CELERY_TASK_ROUTES = {
     "workers.dhcp.dhcp_leases_collect": {"queue": "firewall"},  # SSH to the hosts
 }
 PORTAL_HEARTBEAT_INTERVAL = env_int("PORTAL_HEARTBEAT_INTERVAL", 15)
-# Beat on two hosts, one active (portal.celery.PortalScheduler, celery-redbeat): the active beat
+# Beat on two hosts, one active (apps.infra.celery.PortalScheduler, celery-redbeat): the active beat
 # holds a lock in Redis and renews it at every tick; another beat waits for it and takes over at
 # most PORTAL_BEAT_LOCK_TIMEOUT + one tick after the active one died. The schedule's last runs
 # live in Redis too, so the one taking over neither repeats nor skips an interval.
@@ -341,7 +342,7 @@ CELERY_BEAT_SCHEDULE["test-access-expire"] = {
 # Abuse lookup: ended address holdings (who held which address when) are kept this many days,
 # then pruned daily; running ones are never pruned.
 PORTAL_ABUSE_HISTORY_DAYS = env_int("PORTAL_ABUSE_HISTORY_DAYS", 180)
-# Retention (apps/core/retention.py, docs/retention.md): one daily task bounds every table that
+# Retention (apps/operations/retention.py, docs/retention.md): one daily task bounds every table that
 # grows with time, the abuse history above included; days each.
 PORTAL_RETAIN_PUSH_LOG_DAYS = env_int("PORTAL_RETAIN_PUSH_LOG_DAYS", 90)
 PORTAL_RETAIN_HEALTH_DAYS = env_int("PORTAL_RETAIN_HEALTH_DAYS", 14)
@@ -387,6 +388,9 @@ CELERY_BEAT_SCHEDULE["notices-live"] = {
 
 # --- Authentication -------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [
+    # Per account, from all clients together (PORTAL_THROTTLE_RATES["login_account"]); then
+    # per account and client (axes: AXES_FAILURE_LIMIT).
+    "apps.accounts.throttle.AccountFailureCapBackend",
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
@@ -413,8 +417,8 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = True
 # The lockout and the sign-up limits count per real client, behind the trusted proxies
-# (PORTAL_TRUSTED_PROXIES), not per nginx.
-AXES_CLIENT_IP_CALLABLE = "apps.core.clientip.client_ip"
+# (PORTAL_TRUSTED_PROXIES), not per nginx; an IPv6 client by its /64.
+AXES_CLIENT_IP_CALLABLE = "apps.core.clientip.client_key"
 
 # Second factor (TOTP with recovery codes, django-otp; docs/two-factor.md). Required for staff
 # roles (volunteer, support, admin) and Django staff when on: on in production, off under
@@ -460,6 +464,10 @@ PORTAL_TICKET_ACK_PER_HOUR = env_int("PORTAL_TICKET_ACK_PER_HOUR", 5)
 # headers are believed: mail from a member's address that passed DMARC or aligned SPF there is
 # theirs. Empty: no header is believed, and only a ticket's own reference threads a mail.
 PORTAL_MAIL_TRUSTED_AUTHSERV_IDS = env_list("PORTAL_MAIL_TRUSTED_AUTHSERV_IDS", "")
+# Without such a header the listener verifies DKIM itself (dkimpy, the signer's key from DNS):
+# a valid signature whose domain is the From address's (or a parent of it) makes the address
+# the sender's. Off: only a trusted Authentication-Results does.
+PORTAL_MAIL_VERIFY_DKIM = env_bool("PORTAL_MAIL_VERIFY_DKIM", default=True)
 PORTAL_IMAP_HOST = os.environ.get("PORTAL_IMAP_HOST", "")
 PORTAL_IMAP_PORT = env_int("PORTAL_IMAP_PORT", 993)
 PORTAL_IMAP_SSL = env_bool("PORTAL_IMAP_SSL", default=True)
@@ -522,6 +530,12 @@ PORTAL_THROTTLE_RATES = {
     "ticket_create": os.environ.get("PORTAL_THROTTLE_TICKET_CREATE", "10/h"),
     "password_reset_address": os.environ.get("PORTAL_THROTTLE_RESET_ADDRESS", "3/h"),
     "password_reset_client": os.environ.get("PORTAL_THROTTLE_RESET_CLIENT", "10/h"),
+    # Failed sign-ins of one account from all clients together; past it the account refuses
+    # every sign-in until the window ends (the price: someone spending this many guesses can
+    # keep one account locked for an hour; a password reset by mail still works).
+    "login_account": os.environ.get("PORTAL_THROTTLE_LOGIN_ACCOUNT", "30/h"),
+    # Abuse lookups per user (page and API together; the manage.py command is not limited).
+    "abuse_lookup": os.environ.get("PORTAL_THROTTLE_ABUSE_LOOKUP", "120/h"),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Network portal API",
@@ -573,7 +587,7 @@ CONTENT_SECURITY_POLICY = {
         "base-uri": [SELF],
     },
 }
-# --- Errors reach a person (portal/errors.py) -------------------------------------------------
+# --- Errors reach a person (apps/infra/errors.py) -------------------------------------------------
 # Each 500 and each failed task is mailed to ADMINS ("Name <address>, address", comma separated)
 # and, with SENTRY_DSN, reported to a Sentry-compatible tracker.
 ADMINS = admins_parse(os.environ.get("ADMINS", ""))
@@ -584,7 +598,7 @@ sentry_init(
     release=os.environ.get("SENTRY_RELEASE", ""),
 )
 
-# One format for web, workers, beat and the mail listener (portal/logs.py): JSON lines in
+# One format for web, workers, beat and the mail listener (apps/infra/logs.py): JSON lines in
 # production, a console line in development; LOG_FORMAT=json|console, LOG_LEVEL.
 LOGGING = logging_config(
     json=os.environ.get("LOG_FORMAT", "console" if DEBUG else "json") == "json",

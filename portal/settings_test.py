@@ -2,7 +2,7 @@
 
 import os
 
-from portal.redisconf import redis_config_from_env
+from apps.infra.redisconf import redis_config_from_env
 from portal.settings import *  # noqa: F403
 from portal.settings import CACHES, REDIS, REDIS_URL, RUN_DIR, STORAGES
 

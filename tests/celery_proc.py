@@ -60,7 +60,7 @@ def beat_start(
     return celery_start(
         "beat",
         "--scheduler",
-        "portal.celery:PortalScheduler",
+        "apps.infra.celery:PortalScheduler",
         "--loglevel",
         "INFO",
         log=tmp_path / f"{name}.log",

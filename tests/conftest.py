@@ -1,6 +1,11 @@
-"""Shared fixtures: one user per role, and logged-in clients."""
+"""Shared fixtures: one user per role, and logged-in clients. Also what an ordinary user's
+`make test` leaves out: tests that need root are skipped without root, and named in one line."""
 
 from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -41,7 +46,7 @@ def client_for(make_user):
 @pytest.fixture
 def firewall_redis_clean():
     """No scheduled marks, causes, locks or requests of the firewall pipeline left over."""
-    from portal.redis import redis_client
+    from apps.infra.redis import redis_client
 
     client = redis_client()
 
@@ -99,7 +104,7 @@ def throttle_counters_clean():
     """Every test starts with no rate-limit counters (they live in Redis, outside the test's
     transaction, and the test client always comes from 127.0.0.1)."""
     from apps.accounts.throttle import KEY_PREFIX
-    from portal.redis import redis_client
+    from apps.infra.redis import redis_client
 
     client = redis_client()
     keys = list(client.scan_iter(f"{KEY_PREFIX}*", count=1000))
@@ -114,3 +119,48 @@ def status_cache_clean():
     from apps.tickets.status import status_cache_clear
 
     status_cache_clear()
+
+
+# Without root, `make test` runs everything else and says in one line what it left out (CI runs
+# as root and skips nothing). A test needs root when it is marked `lab` or uses one of these
+# fixtures (network namespaces, nft/tc in them).
+ROOT_FIXTURES = {"lab", "lab_tools", "scratch_ns"}
+SKIPPED_LINE = Path(__file__).resolve().parents[1] / "test-artifacts" / "skipped.txt"
+
+
+def _needs_root(item: pytest.Item) -> bool:
+    return item.get_closest_marker("lab") is not None or bool(
+        ROOT_FIXTURES & set(getattr(item, "fixturenames", ()))
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselected what does not run
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    SKIPPED_LINE.unlink(missing_ok=True)
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(reason="needs root for network namespaces")
+    for item in items:
+        if _needs_root(item):
+            item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """Leave one closing line naming every skipped test's reason and where, for
+    deploy/dev/test.sh to print after pytest's own summary."""
+    by_reason: dict[str, Counter[str]] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        path, _line, reason = report.longrepr  # a skip's longrepr: (file, line, "Skipped: ...")
+        relative = Path(path).resolve().relative_to(config.rootpath)
+        where = "/".join(relative.parts[:3])  # tests/e2e/lab
+        by_reason.setdefault(reason.removeprefix("Skipped: "), Counter())[where] += 1
+    if not by_reason:
+        return
+    parts = []
+    for reason, where in sorted(by_reason.items()):
+        places = ", ".join(f"{n} in {d}" for d, n in sorted(where.items()))
+        parts.append(f"{reason}: {places}")
+    total = sum(sum(w.values()) for w in by_reason.values())
+    hint = " Run `make test` as root (as CI does) to run them too." if os.geteuid() else ""
+    SKIPPED_LINE.parent.mkdir(exist_ok=True)
+    SKIPPED_LINE.write_text(f"Skipped {total} tests ({'; '.join(parts)}).{hint}\n")

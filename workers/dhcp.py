@@ -5,14 +5,14 @@ from __future__ import annotations
 import structlog
 from celery import shared_task
 
+from apps.dhcp import services
+
 log = structlog.get_logger(__name__)
 
 
 @shared_task(ignore_result=True, soft_time_limit=120)
 def dhcp_leases_collect() -> None:
     """One collection from every enabled DHCP host (see apps/dhcp/services.py)."""
-    from apps.dhcp.services import leases_collect
-
-    for outcome in leases_collect():
+    for outcome in services.leases_collect():
         log.info("dhcp.leases", host=outcome.host, ok=outcome.ok, leases=outcome.leases,
                  written=outcome.written, skipped=outcome.skipped)  # fmt: skip

@@ -12,6 +12,12 @@ import time
 import structlog
 from celery import shared_task
 from celery.signals import worker_process_init, worker_ready
+from django.conf import settings
+from django.db import connection
+
+from apps.firewall import pipeline, rollout
+from apps.firewall.models import FirewallHost, Site
+from apps.infra.celery import FIREWALL_QUEUE
 
 log = structlog.get_logger(__name__)
 
@@ -22,13 +28,8 @@ def snapshot_cache_warm() -> None:
     second, and the compile leaves the bundle each host runs in this process's compile cache,
     so the first change after a (re)start is sent as an increment like every later one. It
     also opens the SSH connections to the hosts (PORTAL_FIREWALL_WARM_CONNECT)."""
-    from django.conf import settings
-    from django.db import connection
-
-    from apps.firewall.rollout import compiled_warm
-
     try:
-        hosts = compiled_warm(connect=settings.PORTAL_FIREWALL_WARM_CONNECT)
+        hosts = rollout.compiled_warm(connect=settings.PORTAL_FIREWALL_WARM_CONNECT)
         if hosts:
             log.info("firewall.snapshot_cache_warm", hosts=hosts)
     except Exception as exc:  # a warm-up must never stop a worker
@@ -40,8 +41,6 @@ def snapshot_cache_warm() -> None:
 def _snapshot_cache_warm_start(**_kwargs: object) -> threading.Thread | None:
     """Warm the cache in a thread of its own (a task that compiles meanwhile waits on the
     cache lock, then finds it warm)."""
-    from django.conf import settings
-
     if not settings.PORTAL_FIREWALL_SYNC:
         return None
     thread = threading.Thread(target=snapshot_cache_warm, name="snapshot-cache-warm", daemon=True)
@@ -57,10 +56,6 @@ def _warm_when_serving_firewall(sender: object = None, **_kwargs: object) -> Non
     warm caches and open connections instead of compiling cold beside the warm-up (two cold
     compiles sharing the interpreter took ~8 s at 20,000 members; the warm-up alone ~4 s, a
     warm change ~1 s). Bounded by PORTAL_FIREWALL_WARM_WAIT; the warm-up goes on after it."""
-    from django.conf import settings
-
-    from apps.firewall.dispatch import FIREWALL_QUEUE
-
     consumer = getattr(sender, "task_consumer", None)
     queues = {q.name for q in getattr(consumer, "queues", ())}
     if FIREWALL_QUEUE not in queues:
@@ -89,34 +84,24 @@ LOCK_WAIT = 5.0
 def firewall_sync(self, site_id: int | None = None, cause: str = "") -> None:  # type: ignore[no-untyped-def]
     """Compile one site's hosts and roll the bundles out, one run per site at a time. Without
     `site_id`: schedule every site."""
-    from apps.firewall.models import Site
-    from apps.firewall.pipeline import (
-        LockBusy,
-        firewall_causes_take,
-        firewall_change_request,
-        push_request_report,
-        site_lock,
-    )
-    from apps.firewall.rollout import CompileError, site_sync
-
     if site_id is None:
-        firewall_change_request(cause=cause or "sync", force=True)
+        pipeline.firewall_change_request(cause=cause or "sync", force=True)
         return
     site = Site.objects.filter(pk=site_id).first()
     if site is None:
         return  # deleted since
     try:
-        with site_lock(site.pk, wait=LOCK_WAIT):
-            causes, requests = firewall_causes_take(site.pk)
+        with pipeline.site_lock(site.pk, wait=LOCK_WAIT):
+            causes, requests = pipeline.firewall_causes_take(site.pk)
             summary = "; ".join(causes[:20]) or cause or "sync"
             timings: dict[str, float] = {}
             try:
-                outcomes = site_sync(site=site, cause=summary, timings=timings)
-            except CompileError as exc:
+                outcomes = rollout.site_sync(site=site, cause=summary, timings=timings)
+            except rollout.CompileError as exc:
                 log.error("firewall.compile_failed", site=site.name, error=str(exc))
-                push_request_report(requests, site=site.name, outcome={"error": str(exc)})
+                pipeline.push_request_report(requests, site=site.name, outcome={"error": str(exc)})
                 return
-            push_request_report(
+            pipeline.push_request_report(
                 requests,
                 site=site.name,
                 outcome={
@@ -148,27 +133,23 @@ def firewall_sync(self, site_id: int | None = None, cause: str = "") -> None:  #
                     countdown=countdown,
                     kwargs={"site_id": site.pk, "cause": "retry: host unreachable"},
                 )
-    except LockBusy:
+    except pipeline.LockBusy:
         raise self.retry(countdown=1) from None
 
 
 @shared_task(bind=True, max_retries=None, acks_late=True)
 def host_rollback(self, host_id: int, version_id: int, actor_id: int | None = None) -> None:  # type: ignore[no-untyped-def]
     """Push the version staff pinned a host to (their "put #N back")."""
-    from apps.firewall.models import FirewallHost
-    from apps.firewall.pipeline import LockBusy, site_lock
-    from apps.firewall.rollout import host_rollback as rollback
-
     host = FirewallHost.objects.select_related("pinned_version").get(pk=host_id)
     if host.pinned_version_id != version_id:
         return  # unpinned or pinned elsewhere since: that request is void
     try:
-        with site_lock(host.site_id, wait=LOCK_WAIT):
+        with pipeline.site_lock(host.site_id, wait=LOCK_WAIT):
             host.refresh_from_db()
             if host.pinned_version_id != version_id:
                 return
-            outcome = rollback(host=host)
-    except LockBusy:
+            outcome = rollout.host_rollback(host=host)
+    except pipeline.LockBusy:
         raise self.retry(countdown=1) from None
     log.info(
         "firewall.rollback", host=host.name, version=version_id, ok=bool(outcome and outcome.ok)

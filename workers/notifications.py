@@ -8,6 +8,8 @@ from typing import Any
 import structlog
 from celery import shared_task
 
+from apps.notifications import services
+
 log = structlog.get_logger(__name__)
 
 
@@ -15,10 +17,8 @@ log = structlog.get_logger(__name__)
 def notices_mail_flush(self: Any) -> int:
     """Mail what is pending (one mail per member and kind and hour); retried when the mail
     server fails, sending only what is still unsent."""
-    from apps.notifications.services import notices_mail_flush
-
     try:
-        return notices_mail_flush()
+        return services.notices_mail_flush()
     except OSError as exc:
         raise self.retry(exc=exc, countdown=min(600, 15 * 2**self.request.retries)) from exc
 
@@ -26,9 +26,7 @@ def notices_mail_flush(self: Any) -> int:
 @shared_task(ignore_result=True, soft_time_limit=600, acks_late=True)
 def incident_notices_create(incident_id: int) -> int:
     """Make the notices of a newly declared incident for everyone in its buildings."""
-    from apps.notifications.services import incident_notices_create
-
-    told = incident_notices_create(incident_id=incident_id)
+    told = services.incident_notices_create(incident_id=incident_id)
     log.info("notices.incident", incident=incident_id, members=told)
     return told
 
@@ -36,6 +34,4 @@ def incident_notices_create(incident_id: int) -> int:
 @shared_task(ignore_result=True, soft_time_limit=120)
 def live_checks_run() -> int:
     """Tell members about changes that failed to go live or went live late."""
-    from apps.notifications.services import live_checks_run
-
-    return len(live_checks_run())
+    return len(services.live_checks_run())

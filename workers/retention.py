@@ -1,9 +1,11 @@
-"""Beat task: bound every table that grows with time (apps/core/retention.py)."""
+"""Beat task: bound every table that grows with time (apps/operations/retention.py)."""
 
 from __future__ import annotations
 
 import structlog
 from celery import shared_task
+
+from apps.operations import retention
 
 log = structlog.get_logger(__name__)
 
@@ -11,6 +13,4 @@ log = structlog.get_logger(__name__)
 @shared_task(ignore_result=True, soft_time_limit=3000)
 def retention_run() -> dict[str, int]:
     """Delete what is older than its retention setting; rows deleted per table."""
-    from apps.core.retention import retention_run as run
-
-    return run()
+    return retention.retention_run()

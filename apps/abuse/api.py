@@ -16,6 +16,7 @@ from apps.abuse.choices import Verdict
 from apps.abuse.inputs import REASON_MAX, LookupInvalid
 from apps.abuse.services import abuse_lookup
 from apps.accounts.roles import IsAbuseRole
+from apps.accounts.throttle import AbuseLookupThrottle, TokenRateThrottle
 
 
 class LookupInputSerializer(serializers.Serializer):
@@ -78,6 +79,9 @@ class AbuseLookupAPI(APIView):
     """Who held an address at a point in time (abuse desk and admins); audited with the reason."""
 
     permission_classes = [IsAbuseRole]
+    # Every request counts against the token (as everywhere); every lookup also against the
+    # lookup limit, shared with the page (PORTAL_THROTTLE_ABUSE_LOOKUP).
+    throttle_classes = [TokenRateThrottle, AbuseLookupThrottle]
 
     @extend_schema(request=LookupInputSerializer, responses={200: LookupOutputSerializer})
     def post(self, request: Request) -> Response:

@@ -23,6 +23,9 @@ from django.utils.dateparse import parse_datetime
 from apps.abuse.choices import HolderKind, HoldingSource, HoldingState
 from apps.abuse.models import AddressHolding
 from apps.abuse.services import DEVICE_FAMILIES, member_label
+from apps.audit.models import AuditEntry
+from apps.members.models import Member
+from apps.network.models import Device, PublicAddress
 
 ACTIONS = (
     "public_ipv4.assign",
@@ -133,7 +136,6 @@ class _Replay:
 
 def _held_now() -> set[tuple[str, str, int]]:
     """(kind, address, holder id) of every address held now: what confirms a running row."""
-    from apps.network.models import Device, PublicAddress
 
     held = {
         (HolderKind.PUBLIC_IPV4.value, address, member_id)
@@ -207,14 +209,11 @@ class _Writer:
 
 
 def _member_names(ids: set[int]) -> dict[int, str]:
-    from apps.members.models import Member
-
     return {m.pk: member_label(m) for m in Member.objects.filter(pk__in=ids).select_related("user")}
 
 
 def _current_rows() -> list[_Row]:
     """Addresses held now, as rows from their assignment (device: creation) time."""
-    from apps.network.models import Device, PublicAddress
 
     rows = [
         _Row(
@@ -244,7 +243,6 @@ def _current_rows() -> list[_Row]:
 @transaction.atomic
 def holdings_backfill() -> BackfillOutcome:
     """Replay the audit trail into the history, then cover what is held now; see the module."""
-    from apps.audit.models import AuditEntry
 
     outcome = BackfillOutcome()
     replay = _Replay()

@@ -12,6 +12,8 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from apps.core.moments import moment_check, moment_range_message
+
 REASON_MAX = 500
 
 
@@ -106,8 +108,12 @@ def time_parse(value: str | dt.datetime, *, now: dt.datetime | None = None) -> d
                 )
                 % {"text": text[:60], "zone": portal_zone().key}
             ) from None
-    if timezone.is_naive(parsed):
-        parsed = _localise(parsed)
+    try:
+        if timezone.is_naive(parsed):
+            parsed = _localise(parsed)
+        moment_check(parsed.astimezone(dt.UTC))
+    except OverflowError:
+        raise ValueError(moment_range_message()) from None
     if parsed > (now or timezone.now()):
         raise ValueError(_("That time lies in the future; nobody can have held it yet."))
     return parsed

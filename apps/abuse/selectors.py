@@ -17,6 +17,9 @@ from django.utils.translation import gettext as _
 
 from apps.abuse.choices import HolderKind, HoldingState, Verdict
 from apps.abuse.models import AddressHolding
+from apps.dhcp.models import Lease, RegistrationRange
+from apps.members.models import RoomStay
+from apps.network.models import Device, PublicPool, Subnet
 
 if TYPE_CHECKING:
     from apps.abuse.models import AbuseLookup
@@ -120,7 +123,6 @@ def devices_at(
     *, member_id: int, at: dt.datetime, device_ref: int | None = None
 ) -> tuple[list[DeviceAtTime], list[AddressHolding]]:
     """The member's devices with the addresses they held at `at` (one device if `device_ref`)."""
-    from apps.network.models import Device
 
     rows = AddressHolding.objects.filter(
         member_id=member_id,
@@ -156,8 +158,6 @@ def devices_at(
 
 
 def _room_at(member_id: int, at: dt.datetime) -> tuple[str, Evidence | None]:
-    from apps.members.models import RoomStay
-
     stay = (
         RoomStay.objects.filter(member_id=member_id, period__contains=at)
         .select_related("room")
@@ -178,7 +178,6 @@ def _room_at(member_id: int, at: dt.datetime) -> tuple[str, Evidence | None]:
 
 def _leases_at(address: str, at: dt.datetime) -> list[Evidence]:
     """DHCP leases the hosts reported for the address around `at` (IPv4 only)."""
-    from apps.dhcp.models import Lease
 
     if ipaddress.ip_address(address).version != 4:
         return []
@@ -204,8 +203,6 @@ def _leases_at(address: str, at: dt.datetime) -> list[Evidence]:
 
 def address_is_ours(address: str) -> bool:
     """The address lies in one of our public pools, subnets or registration ranges."""
-    from apps.dhcp.models import RegistrationRange
-    from apps.network.models import PublicPool, Subnet
 
     ip = ipaddress.ip_address(address)
     networks = [
@@ -321,8 +318,6 @@ def lookup_answer(*, address: str, at: dt.datetime) -> LookupAnswer:
 
 
 def _add_notes(answer: LookupAnswer, row: AddressHolding | None) -> None:
-    from apps.network.models import Device
-
     days = int(settings.PORTAL_ABUSE_HISTORY_DAYS)
     if row is None and answer.at < timezone.now() - dt.timedelta(days=days):
         answer.notes.append(

@@ -11,6 +11,7 @@ from apps.abuse.inputs import LookupInvalid, portal_zone
 from apps.abuse.selectors import LookupAnswer
 from apps.abuse.services import abuse_lookup, retention_days
 from apps.accounts.roles import Role, RoleRequiredMixin
+from apps.accounts.throttle import THROTTLED_MESSAGE, retry_text, throttle_hit
 from apps.core.htmx import htmx_partial
 
 TEMPLATE = "abuse/lookup_form.html"
@@ -45,6 +46,9 @@ class AbuseLookupView(RoleRequiredMixin, View):
         form = LookupForm(request.POST)
         if not form.is_valid():
             return _render(request, form, status=200 if htmx_partial(request) else 422)
+        if wait := throttle_hit("abuse_lookup", f"user:{request.user.pk}"):
+            form.add_error(None, THROTTLED_MESSAGE % {"wait": retry_text(wait)})
+            return _render(request, form, status=429)
         try:
             answer = abuse_lookup(
                 actor=request.user,

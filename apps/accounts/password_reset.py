@@ -10,7 +10,7 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpResponse, HttpResponseRedirect
 
 from apps.accounts.throttle import THROTTLED_MESSAGE, retry_text, throttle_hit
-from apps.core.clientip import client_ip
+from apps.core.clientip import client_key
 
 
 def throttled_form(view: Any, form: Any, wait: int) -> HttpResponse:
@@ -24,7 +24,7 @@ def throttled_form(view: Any, form: Any, wait: int) -> HttpResponse:
 
 class PasswordResetView(auth_views.PasswordResetView):
     def form_valid(self, form: Any) -> HttpResponse:
-        wait = throttle_hit("password_reset_client", client_ip(self.request) or "unknown")
+        wait = throttle_hit("password_reset_client", client_key(self.request) or "unknown")
         if wait:
             return throttled_form(self, form, wait)
         if throttle_hit("password_reset_address", form.cleaned_data["email"].strip().lower()):

@@ -223,7 +223,7 @@ def _value(value: Any) -> str:
 
 def _shown_value(name: str, value: Any) -> str:
     if name.endswith("profile") and isinstance(value, str):
-        from apps.network.models import shaping_profile_label
+        from apps.network.models import shaping_profile_label  # up a floor: names the profile
 
         return shaping_profile_label(value)
     return _value(value)
@@ -429,7 +429,7 @@ def _kind(prefix: str) -> str:
 
 def cause_members(causes: Iterable[str]) -> dict[int, Any]:
     """The members that `member.*` causes mention, in one query (for a page of versions)."""
-    from apps.members.models import Member
+    from apps.members.models import Member  # up a floor: names the members
 
     pks = {
         int(m["pk"])
@@ -500,7 +500,7 @@ def change_rows(entry: Any) -> list[tuple[str, Any, Any]]:
         else:
             label = name.replace("_", " ")
         if name == "detail" and entry.action == "ticket.update" and isinstance(new, str):
-            from apps.tickets.history import update_sentences
+            from apps.tickets.history import update_sentences  # up a floor: words a ticket update
 
             actor = _actor_text(entry)
             new = format_html_join(". ", "{}", ((s,) for s in update_sentences(new, actor=actor)))

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, register
 
-from portal.errors import PLACEHOLDER_SECRET_KEY
+from apps.infra.errors import PLACEHOLDER_SECRET_KEY
 
 KEY_HINT = (
     "Put a key of your own into /etc/portal/portal.env, e.g. the output of "

@@ -57,6 +57,20 @@ def client_address(request: HttpRequest) -> Address | None:
 
 
 def client_ip(request: HttpRequest) -> str:
-    """`client_address` as text ("" when unknown), for logs, the audit trail and rate limits."""
+    """`client_address` as text ("" when unknown), for logs and the audit trail (rate limits and
+    the lockout count `client_key`)."""
     address = client_address(request)
     return "" if address is None else str(address)
+
+
+def client_key(request: HttpRequest) -> str:
+    """Who a limit counts ("" when unknown): an IPv4 client by its address, an IPv6 client by
+    its /64 (written as the network's first address, so it stays an address). A host owns its
+    whole /64 and picks any of its 2^64 addresses at will: counting each address apart, eight
+    wrong passwords from one /64 never locked anything out."""
+    address = client_address(request)
+    if address is None:
+        return ""
+    if isinstance(address, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((address, 64), strict=False).network_address)
+    return str(address)

@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from apps.core.fields import CidrField, InetAddressField, MacAddressField
+from apps.network.models import Subnet
 
 DOMAIN_VALIDATOR = RegexValidator(
     r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
@@ -130,8 +131,6 @@ class RegistrationRange(models.Model):
         return f"{self.network} ({self.building.code})"
 
     def clean(self) -> None:
-        from apps.network.models import Subnet
-
         try:
             net = ipaddress.IPv4Network(str(self.network))
         except ValueError:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from apps.dhcp.models import Lease
+from apps.core.mac import mac_parse
+from apps.dhcp.models import Lease, RegistrationRange
+from apps.network.models import Device
 
 
 def newest_leases(macs: Iterable[str]) -> dict[str, Lease]:
@@ -20,9 +22,6 @@ def lease_search(*, kind: str, query: str, limit: int = 10) -> list[Lease]:
     """The newest leases of a MAC or an IPv4 address (office-hours search), each with
     `device` set when the MAC is registered."""
     import ipaddress
-
-    from apps.core.mac import mac_parse
-    from apps.network.models import Device
 
     if kind == "mac":
         mac = mac_parse(query)
@@ -53,9 +52,6 @@ def unknown_devices_near(
     import datetime as dt
 
     from django.utils import timezone
-
-    from apps.dhcp.models import RegistrationRange
-    from apps.network.models import Device
 
     ranges = RegistrationRange.objects.all()
     if building_id is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -18,23 +19,16 @@ from apps.network.services import device_add
 
 
 def lease_mac(address: str) -> str | None:
-    """The MAC holding `address` now, from the lease history; one fresh read of the hosts when
-    the history does not know it yet (a lease a few seconds old)."""
-    from apps.dhcp.services import leases_collect
-
-    def lookup() -> str | None:
-        return (
-            Lease.objects.filter(address=address, ends__gte=timezone.now())
-            .order_by("-starts")
-            .values_list("mac", flat=True)
-            .first()
-        )
-
-    mac = lookup()
-    if mac is None:
-        leases_collect()
-        mac = lookup()
-    return mac
+    """The MAC holding `address` now, from the lease history the collector keeps (every
+    PORTAL_DHCP_LEASE_INTERVAL seconds). Never a read of the hosts: this runs for anonymous
+    requests, and a device with a static address in the range would otherwise tie up web
+    workers and the firewalls' management plane with an SSH round per request."""
+    return (
+        Lease.objects.filter(address=address, ends__gte=timezone.now())
+        .order_by("-starts")
+        .values_list("mac", flat=True)
+        .first()
+    )
 
 
 class UnregisteredView(View):
@@ -56,6 +50,7 @@ class UnregisteredView(View):
             "known": known,
             "member": member,
             "form": form,
+            "lease_interval": settings.PORTAL_DHCP_LEASE_INTERVAL,
             "renew_seconds": DhcpSettings.objects.filter(id=1)
             .values_list("registration_lease_seconds", flat=True)
             .first()

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
 from apps.core.clientip import client_address
+from apps.dhcp.models import RegistrationRange
 
 # Where an unregistered device may go besides the page itself: signing in and out, signing
 # up, the language switch, static files.
@@ -31,8 +32,6 @@ def registration_networks() -> tuple[ipaddress.IPv4Network, ...]:
     global _cache
     now = time.monotonic()
     if now - _cache[0] > _CACHE_SECONDS:
-        from apps.dhcp.models import RegistrationRange
-
         nets = tuple(
             ipaddress.IPv4Network(n)
             for n in RegistrationRange.objects.filter(enabled=True).values_list(

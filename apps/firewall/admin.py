@@ -9,6 +9,7 @@ from django.utils.translation import gettext as _
 
 from apps.audit.admin import AuditedModelAdmin, ReadOnlyAdmin
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion, Site
+from apps.network.hooks import network_changed_on_commit
 
 
 class SiteForm(forms.ModelForm):
@@ -16,7 +17,7 @@ class SiteForm(forms.ModelForm):
 
     class Meta:
         model = Site
-        fields = ["name", "buildings"]
+        fields = ["name", "buildings", "fast_path"]
 
     def clean_buildings(self):
         buildings = self.cleaned_data["buildings"]
@@ -37,14 +38,13 @@ class SiteForm(forms.ModelForm):
 @admin.register(Site)
 class SiteAdmin(AuditedModelAdmin):
     form = SiteForm
-    list_display = ["name", "status", "status_at"]
+    list_display = ["name", "status", "status_at", "fast_path"]
     filter_horizontal = ["buildings"]
     readonly_fields = ["status", "status_reason", "status_at"]
 
     def save_related(self, request, form, formsets, change):
-        """Buildings changed: compile and push (after the commit)."""
+        """Buildings or the fast path changed: compile and push (after the commit)."""
         super().save_related(request, form, formsets, change)
-        from apps.network.hooks import network_changed_on_commit
 
         network_changed_on_commit(cause=f"site {form.instance.name} settings", actor=request.user)
 
@@ -71,7 +71,6 @@ class FirewallHostAdmin(AuditedModelAdmin):
     def save_related(self, request, form, formsets, change):
         """Interfaces, site or order changed: compile and push (after the commit)."""
         super().save_related(request, form, formsets, change)
-        from apps.network.hooks import network_changed_on_commit
 
         network_changed_on_commit(
             cause=f"firewall host {form.instance.name} settings", actor=request.user

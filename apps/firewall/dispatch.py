@@ -7,9 +7,8 @@ process keeps one warm snapshot cache for every push and never waits behind mail
 
 from __future__ import annotations
 
-from portal.celery import app
+from apps.infra.celery import app
 
-FIREWALL_QUEUE = "firewall"
 SYNC = "workers.firewall.firewall_sync"
 ROLLBACK = "workers.firewall.host_rollback"
 

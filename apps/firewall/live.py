@@ -10,7 +10,13 @@ from typing import Any
 
 from apps.firewall.choices import LiveStatus, PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, Site
-from apps.firewall.snapshot import NETWORKED_STATUSES
+from apps.firewall.snapshot import carried_rows
+from apps.members.choices import NETWORKED_STATUSES
+from apps.members.models import Member
+from apps.network.models import Device
+
+# The reason of a pending host that staff hold on an older version (FirewallHost.pinned_version).
+PINNED = "pinned"
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ def live_hosts() -> LiveHosts:
             "error_reason",
             "last_push_at",
             "applied_version__snapshot_at",
+            "pinned_version_id",
         )
     )
     served = {h["pk"]: by_site[h["site_id"]] for h in hosts if by_site.get(h["site_id"])}
@@ -130,6 +137,10 @@ def live_states(
                 per_host.append(
                     HostLiveState(h["name"], LiveStatus.FAILED, reason=h["error_reason"])
                 )
+            elif h.get("pinned_version_id"):
+                # Staff hold this host on an older version: no push reaches it until they let
+                # it go, so "waiting for the firewalls" would wait forever.
+                per_host.append(HostLiveState(h["name"], LiveStatus.PENDING, reason=PINNED))
             else:
                 per_host.append(HostLiveState(h["name"], LiveStatus.PENDING))
         result[key] = LiveState(tuple(per_host))
@@ -141,8 +152,6 @@ def _not_carried(rows: list[Any]) -> dict[Any, str]:
     with why; one query."""
     from django.db.models import BooleanField, Case, Value, When
     from django.utils.translation import gettext as _
-
-    from apps.firewall.snapshot import carried_rows
 
     model = type(rows[0])
     carried, status_path = carried_rows(model)
@@ -172,9 +181,6 @@ def live_attach(rows: Iterable[Any], *, hosts: LiveHosts | None = None) -> bool:
     building_of = None
     hosts = hosts or live_hosts()
     if hosts.served:  # some hosts serve only some buildings: which building is each row's?
-        from apps.members.models import Member
-        from apps.network.models import Device
-
         if hasattr(rows[0], "member_id"):  # devices and forwards name their member
             member_of = {row.pk: row.member_id for row in rows}
             buildings = dict(
@@ -207,6 +213,7 @@ def live_attach(rows: Iterable[Any], *, hosts: LiveHosts | None = None) -> bool:
         row.live = {
             "state": state.state,
             "hosts": [h.host for h in state.hosts if h.state == LiveStatus.LIVE],
+            "held": [h.host for h in state.hosts if h.reason == PINNED],
             "since": state.since,
             "reason": "; ".join(f"{h.host}: {h.reason}" for h in failed),
             "per_host": [

@@ -134,6 +134,18 @@ class Site(models.Model):
         validators=[MaxValueValidator(1000)],
         help_text=_("Time for a returning host to receive the connection states first."),
     )
+    # The software flowtable for established flows (docs/ruleset.md, "Fast path"): off until
+    # proved on the site's kernel (CONFIG_NF_FLOW_TABLE; Debian's kernel has it).
+    fast_path = models.BooleanField(
+        _("fast path for established flows"),
+        default=False,
+        db_default=False,
+        help_text=_(
+            "Established TCP/UDP flows of unshaped members bypass the forward and postrouting "
+            "rules (an nftables flowtable). Needs a kernel with flowtables. While on, the "
+            "per-member traffic figures count only the first packets of such flows."
+        ),
+    )
     ipv4_primary = models.ForeignKey(
         "firewall.FirewallHost",
         verbose_name=_("IPv4 primary"),

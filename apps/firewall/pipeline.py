@@ -30,7 +30,8 @@ import structlog
 from django.conf import settings
 
 from apps.firewall import dispatch
-from portal.redis import redis_client, replicated_execute
+from apps.firewall.models import Site
+from apps.infra.redis import redis_client, replicated_execute
 
 log = structlog.get_logger(__name__)
 
@@ -130,8 +131,6 @@ def _lock_take(client: redis.Redis, key: str, token: str, ttl_ms: int) -> bool:
 
 
 def _site_ids(site_ids: Iterable[int] | None) -> list[int]:
-    from apps.firewall.models import Site
-
     if site_ids is not None:
         return list(site_ids)
     return list(Site.objects.filter(hosts__enabled=True).distinct().values_list("pk", flat=True))

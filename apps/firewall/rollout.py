@@ -18,6 +18,8 @@ from django.utils import timezone
 
 from apps.firewall.choices import PushStep, SiteStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion, Site
+from apps.firewall.pipeline import scheduled_key
+from apps.firewall.snapshot import firewall_snapshot_build, snapshot_data_read
 from apps.firewall.transport import (
     AgentMismatch,
     FirewallSession,
@@ -25,6 +27,9 @@ from apps.firewall.transport import (
     HelperReply,
     pooled_session_for,
 )
+from apps.infra.redis import redis_client
+from workers.ruleset import SnapshotError, compile_bundle, diff
+from workers.ruleset.bundle import increment_from_stored
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -403,7 +408,7 @@ def backup_first(hosts: list[FirewallHost]) -> list[FirewallHost]:
     """Rollout order within a site: the hosts of a pair that hold fewer primary roles first
     (judged from their newest health sample), the IPv4 primary last, then rollout order. A
     bundle the backup refuses or that leaves it unhealthy never reaches the primary."""
-    from apps.health.models import HostHealthSample
+    from apps.health.models import HostHealthSample  # up a floor: a push records a sample
 
     paired = [h.pk for h in hosts if h.sync_interface]
     roles: dict[int, dict] = {}
@@ -547,8 +552,6 @@ def compiled_warm(*, connect: bool) -> list[str]:
     elements, compiled bundles) and, with `connect`, open its SSH connection (kept open for the
     first rollout); returns the hosts whose running bundle is now the base of the next
     increment."""
-    from apps.firewall.snapshot import firewall_snapshot_build, snapshot_data_read
-    from workers.ruleset import compile_bundle
 
     hosts = list(FirewallHost.objects.filter(enabled=True).select_related("site"))
     if not hosts:
@@ -581,8 +584,6 @@ def compiled_snapshot(*, host_id: int, content_hash: str) -> Any:
 def increment_for(*, host: FirewallHost, version: RuleSetVersion) -> Any:
     """The increment (`workers.ruleset.Incremental`: nft and tc) from what `host` runs to
     `version`, or None (send the bundle in full)."""
-    from workers.ruleset import diff
-    from workers.ruleset.bundle import increment_from_stored
 
     if not host.holds_confirmed or host.runs(version.content_hash):
         return None
@@ -621,8 +622,6 @@ def ruleset_compile(
 
 def _snapshot_data(hosts: list[FirewallHost]) -> Any:
     """The database read shared by every host's compile (CompileError names a bad row)."""
-    from apps.firewall.snapshot import snapshot_data_read
-    from workers.ruleset import SnapshotError
 
     try:
         return snapshot_data_read()
@@ -642,8 +641,6 @@ def host_compile(
     texts_later: bool = False,
 ) -> RuleSetVersion:
     """Compile one host's bundle from a database read and store it as a version."""
-    from apps.firewall.snapshot import firewall_snapshot_build
-    from workers.ruleset import SnapshotError, compile_bundle
 
     started = time.monotonic()
     try:
@@ -674,9 +671,6 @@ def host_compile(
 
 
 def _change_waiting(site: Site) -> bool:
-    from apps.firewall.pipeline import scheduled_key
-    from portal.redis import redis_client
-
     return bool(redis_client().exists(scheduled_key(site.pk)))
 
 

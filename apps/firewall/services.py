@@ -13,6 +13,7 @@ from apps.audit.services import audit_record
 from apps.firewall import dispatch
 from apps.firewall.models import FirewallHost, RuleSetVersion
 from apps.firewall.pipeline import firewall_change_request, push_request_start
+from apps.firewall.transport import FirewallUnreachable, session_for
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -94,7 +95,6 @@ def host_unpin(*, host: FirewallHost, actor: User) -> None:
 def host_state_resync(*, host: FirewallHost, actor: User) -> dict:
     """Ask the peer's conntrackd for a full resync of the connection states into `host`
     (staff action after a sync problem; audited). Returns the host's failover state."""
-    from apps.firewall.transport import FirewallUnreachable, session_for
 
     if not host.sync_interface:
         raise ValueError(_("%(host)s is not one of a pair.") % {"host": host.name})

@@ -18,10 +18,22 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from apps.firewall.models import FirewallHost
+from apps.firewall.models import FirewallHost, parse_virtual_addresses
+from apps.members.choices import NETWORKED_STATUSES
+from apps.members.models import Member
+from apps.network.models import (
+    BlockedPort,
+    Device,
+    Ipv6Opening,
+    ManagementNetwork,
+    NetworkSettings,
+    PortForward,
+    PublicPool,
+    ShapingProfile,
+    Subnet,
+)
 from workers import ruleset as rs
 
-NETWORKED_STATUSES = ("active", "test")  # MemberStatus values that reach the Internet
 # Which of a networked member's rows the snapshot carries (the reader and the live state agree).
 FORWARD_CARRIED = Q(enabled=True, device__isnull=False, public_address__isnull=False)
 OPENING_CARRIED = Q(enabled=True)
@@ -140,16 +152,8 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
     read are reused and only the changed ones are read again (by id); `cached=False` builds
     every member from the database without touching the cache.
     """
+    # up a floor: reservations
     from apps.dhcp.models import DhcpSettings, RegistrationRange, ipv4_list
-    from apps.members.models import Member
-    from apps.network.models import (
-        BlockedPort,
-        ManagementNetwork,
-        NetworkSettings,
-        PublicPool,
-        ShapingProfile,
-        Subnet,
-    )
 
     cache = _CACHE if cached else _MemberCache()
     taken_at = timezone.now()
@@ -248,7 +252,6 @@ def _member_parts_read(member_ids: list[int] | None) -> tuple[_Parts, _Parts, _P
     """Typed devices, enabled forwards and openings per member id, and each device's
     (MAC, IPv4) for DHCP: of networked members (`member_ids` None) or of the given members.
     Three queries."""
-    from apps.network.models import Device, Ipv6Opening, PortForward
 
     if member_ids is None:
         mine = Q(member__status__in=NETWORKED_STATUSES)
@@ -341,6 +344,7 @@ def firewall_snapshot_build(*, host: FirewallHost, data: SnapshotData | None = N
             uplink_interfaces=host.interface_names("uplink_interfaces"),
             member_interfaces=host.interface_names("member_interfaces"),
             management_interfaces=host.interface_names("management_interfaces"),
+            fast_path=bool(host.site_id and host.site.fast_path),
             shaping_root=rs.ShapingRoot(host.shaping_root),
             tx_queues=host.tx_queues,
             link_kbit=host.link_kbit,
@@ -360,7 +364,6 @@ def _ha_build(host: FirewallHost) -> rs.Ha | None:
     addresses. The IPv4 primary is the site's choice or the first host in rollout order, the
     IPv6 primary the site's choice or the second: the primary's instance gets priority 200,
     the other 100."""
-    from apps.firewall.models import parse_virtual_addresses
 
     site = host.site
     if not host.sync_interface or not site.virtual_addresses.strip():
@@ -499,6 +502,6 @@ def pool_share(network: str, index: int, count: int) -> tuple[str, str] | None:
 
 
 def ipv4_list_of(text: str) -> list[str]:
-    from apps.dhcp.models import ipv4_list
+    from apps.dhcp.models import ipv4_list  # up a floor: the DHCP address lists
 
     return ipv4_list(text)

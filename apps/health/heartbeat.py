@@ -1,4 +1,7 @@
-"""Liveness of the Celery worker and beat, kept in Redis (no database: works during outages)."""
+"""Whether the Celery workers and beat are alive, as the System page and its API show it.
+
+Read from the marks in Redis (apps/infra/heartbeat.py) and a ping to the workers: no database,
+so it works during outages."""
 
 from __future__ import annotations
 
@@ -8,20 +11,9 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from portal.redis import redis_client
-
-HEARTBEAT_KEY = "portal:heartbeat"
-BEAT_KEY = "portal:beat"
-
-
-def beat_alive_mark() -> None:
-    """Record that beat is scheduling (called from beat's own tick)."""
-    redis_client().set(BEAT_KEY, timezone.now().isoformat(), ex=3600)
-
-
-def heartbeat_record(*, worker: str) -> None:
-    """Record that a worker ran the heartbeat task that beat sent."""
-    redis_client().hset(HEARTBEAT_KEY, mapping={"at": timezone.now().isoformat(), "worker": worker})
+from apps.infra.celery import FIREWALL_QUEUE, app
+from apps.infra.heartbeat import BEAT_KEY, HEARTBEAT_KEY
+from apps.infra.redis import redis_client
 
 
 @dataclass(frozen=True)
@@ -66,8 +58,6 @@ def _parse(value: str | None) -> datetime | None:
 
 def celery_status(*, ping_timeout: float = 1.0) -> CeleryStatus:
     """Ask the workers for a ping and read the beat and heartbeat marks."""
-    from portal.celery import app
-
     try:
         client = redis_client()
         beat = _parse(client.get(BEAT_KEY))
@@ -75,8 +65,6 @@ def celery_status(*, ping_timeout: float = 1.0) -> CeleryStatus:
         replies = app.control.inspect(timeout=ping_timeout).active_queues() or {}
     except Exception as exc:
         return CeleryStatus([], None, None, "", redis_error=str(exc))
-    from apps.firewall.dispatch import FIREWALL_QUEUE
-
     workers = sorted(replies)
     firewall = sorted(
         name for name, queues in replies.items() if any(q["name"] == FIREWALL_QUEUE for q in queues)

@@ -10,6 +10,8 @@ from django.db.models import OuterRef, Subquery
 from apps.firewall.models import FirewallHost
 from apps.health.models import HostHealthSample
 from apps.health.services import HealthWarning, host_warnings, pair_warnings, vrrp_roles
+from apps.members.models import Member
+from apps.network.models import Device, PublicAddress
 
 
 @dataclass
@@ -121,6 +123,38 @@ def failed_over_families(states: list[HostState]) -> list[str]:
     return moved
 
 
+# Warnings that only the pair together raises: every host of the pair carries them.
+PAIR_CODES = frozenset({"no-primary", "both-primary", "sync-diverges"})
+
+
+def public_problem_count(states: list[HostState]) -> int:
+    """How many firewalls the public status page says report a problem: a pair's warning
+    counts once (not once per host), and an instance in FAULT whose family another host of the
+    pair carries as primary is a takeover that kept traffic flowing: information, shown as
+    "running on the backup", not a problem."""
+    pairs: dict[int, list[HostState]] = {}
+    for state in states:
+        if state.host.enabled and state.host.sync_interface:
+            pairs.setdefault(state.host.site_id, []).append(state)
+    problems = 0
+    for state in states:
+        peers = [st for st in pairs.get(state.host.site_id, []) if st is not state]
+        carried = all(
+            any(peer.roles.get(family) == "MASTER" for peer in peers)
+            for family, role in state.roles.items()
+            if role == "FAULT"
+        )
+        own = [
+            w
+            for w in state.warnings
+            if w.code not in PAIR_CODES and not (w.code == "vrrp-fault" and carried)
+        ]
+        problems += bool(own)
+    for members in pairs.values():
+        problems += any(w.code in PAIR_CODES for st in members for w in st.warnings)
+    return min(problems, len(states))
+
+
 @dataclass
 class QuotaHit:
     """A member who hit a conntrack quota: the address the firewall saw and the drops."""
@@ -134,9 +168,6 @@ def quota_hit_members(sample: HostHealthSample | None) -> list[QuotaHit]:
     """The sample's quota hits with their members (public IPv4 -> its member; a /64 -> the
     member whose devices hold addresses in it), in two queries."""
     import ipaddress
-
-    from apps.members.models import Member
-    from apps.network.models import Device, PublicAddress
 
     if sample is None or not sample.quota_hits:
         return []

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
+import structlog
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.firewall.choices import PushStatus
-from apps.firewall.models import FirewallHost
+from apps.firewall.models import FirewallHost, RuleSetVersion
+from apps.firewall.pipeline import LockBusy, changes_waiting, firewall_change_request, site_lock
+from apps.firewall.rollout import host_drift_repair
 from apps.firewall.transport import FirewallUnreachable, session_for
 from apps.health.models import HostHealthSample
-from apps.tickets.status import status_cache_refresh
+from apps.health.signals import public_face_changed
+
+log = structlog.get_logger(__name__)
 
 
 def _digest_args(host: FirewallHost) -> tuple[str, ...]:
@@ -29,24 +36,30 @@ def _digest_args(host: FirewallHost) -> tuple[str, ...]:
 
 
 def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
-    """Read one host's health (one SSH session, the helper's `health` verb) and store it."""
+    """Read one host's health (one SSH session, the helper's `health` verb) and store it. The
+    sample's time is when it was asked for, so a push confirmed while the answer was on its way
+    is not mistaken for drift (`host_drifted`)."""
+    asked = timezone.now()
     started = time.monotonic()
     try:
         with session_for(host) as session:
             reply = session.call("health", "--sample-ms", "200", *_digest_args(host), timeout=60)
     except FirewallUnreachable as exc:
-        return _store(host, HostHealthSample(host=host, reachable=False, error=str(exc)))
+        return _store(host, HostHealthSample(host=host, at=asked, reachable=False, error=str(exc)))
     latency = (time.monotonic() - started) * 1000
     if not reply.ok:
         return _store(
             host,
-            HostHealthSample(host=host, reachable=True, latency_ms=latency, error=reply.message),
+            HostHealthSample(
+                host=host, at=asked, reachable=True, latency_ms=latency, error=reply.message
+            ),
         )
     data = reply.data
     conntrack = data.get("conntrack") or {}
     softirq = data.get("softirq") or {}
     sample = HostHealthSample(
         host=host,
+        at=asked,
         reachable=True,
         latency_ms=round(latency, 1),
         loaded_version=str(data.get("version") or "")[:128],
@@ -61,7 +74,10 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
         conntrack_stats=conntrack.get("stats") or {},
         quota_hits=(conntrack.get("quota_hits") or [])[:50],
     )
-    host_digest_compare(host=host, digest=data.get("digest") or {})
+    # A push may have confirmed while the answer was on its way: compare with what is stored.
+    host.refresh_from_db(fields=["push_status", "applied_at", "confirmed_digest", "drift"])
+    if host.applied_at is None or host.applied_at <= asked:
+        host_digest_compare(host=host, digest=data.get("digest") or {})
     return _store(host, sample)
 
 
@@ -94,7 +110,7 @@ def _store(host: FirewallHost, sample: HostHealthSample) -> HostHealthSample:
     sample.save()
     if _public_face(previous) != _public_face(sample):
         # A failover or a host lost: the status page says so now, not when its cache expires.
-        transaction.on_commit(status_cache_refresh)
+        transaction.on_commit(lambda: public_face_changed.send(sender=HostHealthSample))
     keep = settings.PORTAL_HEALTH_SAMPLES_KEPT
     stale = HostHealthSample.objects.filter(host=host).values_list("pk", flat=True)[keep:]
     HostHealthSample.objects.filter(pk__in=list(stale)).delete()
@@ -269,7 +285,10 @@ def ha_warnings(*, host: FirewallHost, sample: HostHealthSample) -> list[HealthW
             found.append(
                 HealthWarning(
                     "vrrp-fault",
-                    _("%(family)s failover instance in FAULT (a tracked link is down).")
+                    _(
+                        "%(family)s failover instance in FAULT: this host gave up the role (a "
+                        "tracked link is down, or an operator's failover set its priority file)."
+                    )
                     % {"family": FAMILY_LABELS[name]},
                 )
             )
@@ -329,5 +348,62 @@ def host_drifted(*, host: FirewallHost, sample: HostHealthSample) -> bool:
         and not sample.error
         and host.push_status == PushStatus.APPLIED
         and bool(host.applied_checksum)
+        # A sample asked for before the rollout confirmed names the version before it: the
+        # push itself read the new one back, so that is not drift (the next sample decides).
+        and (host.applied_at is None or sample.at >= host.applied_at)
         and (bool(host.drift) or sample.loaded_version != host.applied_checksum)
     )
+
+
+# --- the beat's round (workers.health.firewall_health_collect) ----------------------------------
+
+
+def firewalls_health_collect() -> None:
+    """Collect every enabled host's health and content digest; repair drift by pushing in full
+    what the host should run (under its site's lock); converge sites whose hosts are behind,
+    whose changes wait without a run, or that have not compiled the database for
+    `PORTAL_FIREWALL_RECONCILE_INTERVAL` seconds (a change whose record and run were both lost
+    with Redis still reaches the hosts within that time: the database is the truth)."""
+    behind: set[int] = set()
+    hosts = FirewallHost.objects.filter(enabled=True).select_related("site", "pinned_version")
+    for host in hosts:
+        latest = RuleSetVersion.objects.filter(host=host).values_list("content_hash", flat=True)
+        if not host.is_pinned and (latest.first() is None or not host.runs(latest.first())):
+            behind.add(host.site_id)
+        sample = host_health_collect(host=host)
+        if host_drifted(host=host, sample=sample):
+            log.warning("firewall.drift", host=host.name, parts=host.drift[:10])
+            try:
+                with site_lock(host.site_id):
+                    outcome = host_drift_repair(host=host)
+            except LockBusy:
+                continue  # a rollout is running; the next collection looks again
+            log.info("firewall.drift_repair", host=host.name, ok=bool(outcome and outcome.ok))
+    sites = {h.site_id for h in hosts}
+    if behind:
+        # A host without the newest version (new, back from an outage, failed): converge.
+        firewall_change_request(cause="convergence (health check)", site_ids=sorted(behind))
+    waiting = [site for site in sites - behind if changes_waiting(site)]
+    if waiting:
+        # Changes were recorded but their run was lost (a purged queue): run now.
+        firewall_change_request(cause="pending changes (health check)", site_ids=waiting)
+    stale = sites_not_compiled_since(sites - behind - set(waiting))
+    if stale:
+        # Nothing says a change waits, but Redis may have lost its record (an outage longer
+        # than the clients' retries): compile from the database; unchanged hosts are skipped.
+        firewall_change_request(cause="reconcile (health check)", site_ids=stale)
+
+
+def sites_not_compiled_since(sites: set[int]) -> list[int]:
+    """Of `sites`, those no run compiled for `PORTAL_FIREWALL_RECONCILE_INTERVAL` seconds."""
+    interval = settings.PORTAL_FIREWALL_RECONCILE_INTERVAL
+    if not interval or not sites:
+        return []
+    cutoff = timezone.now() - timedelta(seconds=interval)
+    last = dict(
+        RuleSetVersion.objects.filter(host__site_id__in=sites, host__enabled=True)
+        .values("host__site_id")
+        .annotate(last=Max("snapshot_at"))
+        .values_list("host__site_id", "last")
+    )
+    return sorted(site for site in sites if site in last and last[site] < cutoff)

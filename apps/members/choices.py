@@ -14,3 +14,7 @@ class MemberStatus(models.TextChoices):
 
 # Statuses that hold a public IPv4 address (suspended members keep theirs until they end).
 HOLDS_PUBLIC_IPV4 = (MemberStatus.ACTIVE, MemberStatus.TEST, MemberStatus.SUSPENDED)
+
+# Statuses whose devices reach the Internet: the firewalls carry their addresses, forwards and
+# openings (apps/firewall/snapshot.py), and their pages say whether a row is live.
+NETWORKED_STATUSES = (MemberStatus.ACTIVE, MemberStatus.TEST)

@@ -4,7 +4,8 @@ members is the lower layer: people, buildings, rooms and memberships. network (d
 addresses, subnets) and testaccess build on it and import it; members imports neither (an
 import-linter contract in pyproject.toml keeps it so). Where a member service, page or
 download needs their part, it asks every registered `MemberExtension`, in the order the apps
-registered them (their AppConfig.ready(), in INSTALLED_APPS order: network, then testaccess).
+registered them (their AppConfig.ready(), in INSTALLED_APPS order: network, testaccess, tickets,
+abuse, notifications, traffic; the last four take part in the data download and the erasure).
 
 Calls run inside the caller's transaction, at the point where the network part ran before the
 split; a refusal (a NetworkError) raised by an extension is the service's refusal.
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
+    from django.db.models import QuerySet
     from django.http import HttpRequest
     from django.views import View
 
@@ -66,6 +68,11 @@ class MemberExtension:
 
     def member_erase(self, *, member: Member) -> None:
         """Erase this app's personal data of a former member (apps/members/privacy.py)."""
+
+    def members_kept(self) -> QuerySet[Any] | None:
+        """Ids (a `values("member_id")` query) of erased members whose room stays this app still
+        needs (abuse: its address history answers "who lived there"), or None."""
+        return None
 
 
 _extensions: list[MemberExtension] = []

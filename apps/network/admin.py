@@ -14,6 +14,7 @@ from django.urls import path
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy as _lazy
 
+from apps.audit.services import audit_record
 from apps.members.admin import AuditedAdmin, BuildingAdmin, audit_trail
 from apps.members.models import Building
 from apps.network.errors import NetworkError
@@ -30,6 +31,7 @@ from apps.network.models import (
     ShapingProfile,
     Subnet,
 )
+from apps.network.ports import PortRange, PortRangeError
 from apps.network.roomimport import import_summary, rooms_import
 from apps.network.services import policy_object_delete, policy_object_save, subnet_create
 
@@ -120,8 +122,6 @@ class PublicPoolAdmin(AuditedAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
         if not change:
-            from apps.audit.services import audit_record
-
             audit_record(
                 actor=request.user,
                 action="publicpool.create",
@@ -185,8 +185,6 @@ class BlockedPortForm(forms.ModelForm):
         data = super().clean()
         first, last = data.get("first"), data.get("last")
         if first is not None and last is not None:
-            from apps.network.ports import PortRange, PortRangeError
-
             try:
                 PortRange(first, last)
             except PortRangeError as exc:

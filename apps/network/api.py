@@ -22,13 +22,14 @@ from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.core.mac import mac_normalize
 from apps.firewall.choices import LiveStatus
 from apps.firewall.live import live_attach
-from apps.firewall.snapshot import NETWORKED_STATUSES
+from apps.members.choices import NETWORKED_STATUSES
 from apps.members.models import Member
 from apps.members.selectors import member_of_user
 from apps.network.choices import Protocol
 from apps.network.errors import NetworkError
 from apps.network.models import Device, Ipv6Opening, PortForward
 from apps.network.ports import PortRange, PortRangeError
+from apps.network.probe import ProbeRefused, forward_probe, opening_probe
 from apps.network.services import (
     device_add,
     device_change,
@@ -547,8 +548,6 @@ class ProbeResultSerializer(serializers.Serializer):
 
 
 def _probe_response(run: Any) -> Response:
-    from apps.network.probe import ProbeRefused
-
     try:
         results = run()
     except ProbeRefused as exc:
@@ -567,8 +566,6 @@ class PortForwardProbeAPI(generics.GenericAPIView):
 
     @extend_schema(request=None, responses=ProbeResultSerializer(many=True))
     def post(self, request: Request, pk: int) -> Response:
-        from apps.network.probe import forward_probe
-
         forward = self.get_object()
 
         return _probe_response(lambda: forward_probe(actor=request.user, forward=forward))
@@ -584,7 +581,5 @@ class Ipv6OpeningProbeAPI(generics.GenericAPIView):
 
     @extend_schema(request=None, responses=ProbeResultSerializer(many=True))
     def post(self, request: Request, pk: int) -> Response:
-        from apps.network.probe import opening_probe
-
         opening = self.get_object()
         return _probe_response(lambda: opening_probe(actor=request.user, opening=opening))

@@ -1,6 +1,8 @@
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
+from apps.members.extensions import member_extension_register
+
 
 class NetworkConfig(AppConfig):
     name = "apps.network"
@@ -8,7 +10,7 @@ class NetworkConfig(AppConfig):
     verbose_name = _("Network")
 
     def ready(self) -> None:
-        from apps.members.extensions import member_extension_register
+        # the extension reads models: imported once the registry is ready
         from apps.network.extension import NetworkMemberExtension
 
         member_extension_register(NetworkMemberExtension())

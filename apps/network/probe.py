@@ -57,6 +57,8 @@ def _rate_key(member_id: int) -> str:
 
 
 def _targets_of_forward(forward: PortForward) -> list[tuple[str, str, int]]:
+    if not forward.enabled:  # the firewalls do not forward it: a test would only say "closed"
+        raise ProbeRefused(_("This forward is disabled; enable it to test it."))
     if forward.public_address is None:  # the membership no longer holds a public IPv4
         raise ProbeRefused(_("The forward has no public address to test."))
     address = str(forward.public_address.address)
@@ -65,6 +67,8 @@ def _targets_of_forward(forward: PortForward) -> list[tuple[str, str, int]]:
 
 
 def _targets_of_opening(opening: Ipv6Opening) -> list[tuple[str, str, int]]:
+    if not opening.enabled:
+        raise ProbeRefused(_("This opening is disabled; enable it to test it."))
     if not opening.device.ipv6:
         raise ProbeRefused(_("The device has no IPv6 address to test."))
     port = opening.port_first

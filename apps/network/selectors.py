@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from apps.members.models import Member
 from apps.network.models import (
@@ -40,8 +40,17 @@ def member_ipv6_openings(*, actor: User, member: Member) -> QuerySet[Ipv6Opening
 
 
 def member_devices(*, actor: User, member: Member) -> QuerySet[Device]:
-    """The member's devices the actor may see (one query, however many there are)."""
-    return Device.objects.visible_to(actor).filter(member=member).order_by("name", "pk")
+    """The member's devices the actor may see (one query, however many there are), each with
+    how many port forwards and IPv6 openings it has (they go with it when it is removed)."""
+    return (
+        Device.objects.visible_to(actor)
+        .filter(member=member)
+        .annotate(
+            forward_count=Count("port_forwards", distinct=True),
+            opening_count=Count("ipv6_openings", distinct=True),
+        )
+        .order_by("name", "pk")
+    )
 
 
 def by_device(rows: list[Any], devices: list[Device]) -> list[tuple[Device | None, list[Any]]]:

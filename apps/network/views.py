@@ -18,7 +18,7 @@ from django_htmx.http import trigger_client_event
 from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.core.htmx import htmx_partial
 from apps.firewall.live import LiveHosts, live_attach, live_hosts
-from apps.firewall.snapshot import NETWORKED_STATUSES
+from apps.members.choices import NETWORKED_STATUSES
 from apps.members.models import Member
 from apps.members.selectors import member_get
 from apps.network.errors import NetworkError
@@ -28,6 +28,7 @@ from apps.network.forms import (
     PortForwardForm,
 )
 from apps.network.models import Device, Ipv6Opening, NetworkSettings, PortForward
+from apps.network.probe import ProbeRefused, forward_probe, opening_probe
 from apps.network.selectors import (
     blocked_inbound,
     by_device,
@@ -51,7 +52,7 @@ from apps.network.services import (
 
 def leases_attach(devices: list[Device]) -> None:
     """Each device's newest DHCP lease as `device.lease` (None: no host reported one yet)."""
-    from apps.dhcp.selectors import newest_leases
+    from apps.dhcp.selectors import newest_leases  # up a floor: the leases column
 
     newest = newest_leases([d.mac for d in devices])
     for device in devices:
@@ -581,7 +582,6 @@ class LiveStateView(LoginRequiredMixin, View):
 def _probe_answer(request: HttpRequest, run: Any, target: str) -> HttpResponse:
     """Run a probe and answer its result (or why it did not run) in place, always 200 so htmx
     swaps it."""
-    from apps.network.probe import ProbeRefused
 
     try:
         results, error = run(), ""
@@ -598,8 +598,6 @@ class ForwardProbeView(LoginRequiredMixin, View):
     """POST: test the forward from outside (apps/network/probe.py)."""
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
-        from apps.network.probe import forward_probe
-
         forward = _forward_or_404(request, pk)
         run = lambda: forward_probe(actor=request.user, forward=forward)  # noqa: E731
         return _probe_answer(request, run, f"forward-{forward.pk}")
@@ -609,8 +607,6 @@ class OpeningProbeView(LoginRequiredMixin, View):
     """POST: test the IPv6 opening from outside (apps/network/probe.py)."""
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
-        from apps.network.probe import opening_probe
-
         opening = _opening_or_404(request, pk)
         run = lambda: opening_probe(actor=request.user, opening=opening)  # noqa: E731
         return _probe_answer(request, run, f"opening-{opening.pk}")

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from apps.notifications.choices import LiveOutcome, LiveWhat, MailStatus, NoticeKind
+from apps.notifications.texts import notice_text
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -77,14 +78,10 @@ class Notice(models.Model):
 
     @property
     def title(self) -> str:
-        from apps.notifications.texts import notice_text
-
         return notice_text(self)[0]
 
     @property
     def body(self) -> str:
-        from apps.notifications.texts import notice_text
-
         return notice_text(self)[1]
 
 

@@ -24,6 +24,12 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from apps.audit.services import audit_changes, audit_record
+from apps.firewall.choices import LiveStatus
+from apps.firewall.live import live_attach, live_hosts
+from apps.infra.redis import redis_client
+from apps.members.choices import MemberStatus
+from apps.members.models import Member
+from apps.notifications import dispatch
 from apps.notifications.choices import LiveOutcome, LiveWhat, MailStatus, NoticeKind
 from apps.notifications.mail import notices_mail
 from apps.notifications.models import LiveCheck, Notice, Preference
@@ -42,12 +48,8 @@ FLUSH_LOCK_TTL = 900  # seconds; the flush task's time limit
 
 def _mail_soon() -> None:
     """After the commit, ask for a flush a little later (a burst of notices gathers first)."""
-    from workers.notifications import notices_mail_flush as notices_mail_flush_task
-
     transaction.on_commit(
-        lambda: notices_mail_flush_task.apply_async(
-            countdown=settings.PORTAL_NOTIFICATIONS_GATHER_SECONDS
-        )
+        lambda: dispatch.notices_mail_flush(countdown=settings.PORTAL_NOTIFICATIONS_GATHER_SECONDS)
     )
 
 
@@ -125,7 +127,6 @@ def _mail_flags(preference: Preference) -> dict[str, bool]:
 def _flush_lock() -> Iterator[bool]:
     """One flush at a time, so the hourly limit holds however many flush tasks run at once;
     the lock expires by itself if its holder dies."""
-    from portal.redis import redis_client
 
     client = redis_client()
     token = secrets.token_hex(8)
@@ -233,9 +234,7 @@ def incident_notices_create(*, incident_id: int) -> int:
     """Tell every member living in a building of a public incident (once per member, however
     often this runs); returns how many members were asked to be told. Runs in a task: an outage
     of thousands of members never holds the request that declared it."""
-    from apps.members.choices import MemberStatus
-    from apps.members.models import Member
-    from apps.tickets.models import Incident
+    from apps.tickets.models import Incident  # up a floor: the incident told about
 
     incident = Incident.objects.filter(pk=incident_id).prefetch_related("buildings").first()
     if incident is None or not incident.public or not incident.is_open:
@@ -294,7 +293,6 @@ def _label(what: str, row: Any) -> str:
 
 def _live_outcome(live: Mapping[str, Any], *, changed: dt.datetime) -> tuple[str, float] | None:
     """(outcome, delay in seconds) of a row's live state; None while it is still pending."""
-    from apps.firewall.choices import LiveStatus
 
     state = live["state"]
     if state == LiveStatus.FAILED:
@@ -315,8 +313,6 @@ def live_checks_run(*, now: dt.datetime | None = None, limit: int = 2000) -> lis
     (`LiveCheck`); changes still pending are looked at again next time, until they are older
     than `PORTAL_NOTIFICATIONS_LIVE_WINDOW_SECONDS`. Returns the notices made."""
     from django.apps import apps as django_apps
-
-    from apps.firewall.live import live_attach, live_hosts
 
     now = now or timezone.now()
     since = now - dt.timedelta(seconds=settings.PORTAL_NOTIFICATIONS_LIVE_WINDOW_SECONDS)
@@ -364,7 +360,6 @@ def _live_decide(what: str, row: Any, outcome: str, delay: float) -> Notice | No
         return None
     if outcome not in (LiveOutcome.FAILED, LiveOutcome.LATE):
         return None
-    from apps.members.models import Member
 
     member = Member.objects.get(pk=member_id)
     params = {

@@ -1,6 +1,8 @@
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
+from apps.members.extensions import member_extension_register
+
 
 class TestAccessConfig(AppConfig):
     name = "apps.testaccess"
@@ -8,7 +10,7 @@ class TestAccessConfig(AppConfig):
     verbose_name = _("Test accesses")
 
     def ready(self) -> None:
-        from apps.members.extensions import member_extension_register
+        # the extension reads models: imported once the registry is ready
         from apps.testaccess.extension import TestAccessMemberExtension
 
         member_extension_register(TestAccessMemberExtension())

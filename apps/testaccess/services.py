@@ -23,6 +23,8 @@ from apps.network.errors import MemberStateError
 from apps.network.hooks import network_changed_on_commit
 from apps.network.models import NetworkSettings, ShapingProfile
 from apps.network.services import public_ipv4_allocate, public_ipv4_release, room_require_subnet
+from apps.notifications.choices import NoticeKind
+from apps.notifications.services import notice_create
 from apps.testaccess.models import TestAccess
 
 if TYPE_CHECKING:
@@ -170,8 +172,6 @@ def expiring_test_accesses_notify(*, today: dt.date | None = None) -> list[int]:
     The row remembers the end date it was noticed for, so running again tells nobody twice,
     and an extension makes a new notice due. Returns the member ids.
     """
-    from apps.notifications.choices import NoticeKind
-    from apps.notifications.services import notice_create
 
     today = today or timezone.localdate()
     days = NetworkSettings.load().test_access_notice_days

@@ -5,6 +5,8 @@ from __future__ import annotations
 import structlog
 from celery import shared_task
 
+from apps.testaccess.services import expired_test_accesses_end, expiring_test_accesses_notify
+
 log = structlog.get_logger(__name__)
 
 
@@ -13,7 +15,6 @@ log = structlog.get_logger(__name__)
 @shared_task(name="workers.network.expire_test_accesses", ignore_result=True, soft_time_limit=300)
 def expire_test_accesses() -> dict[str, int]:
     """Mail members whose test access ends soon (once per end date), then end expired ones."""
-    from apps.testaccess.services import expired_test_accesses_end, expiring_test_accesses_notify
 
     noticed = expiring_test_accesses_notify()
     ended = expired_test_accesses_end()

@@ -19,6 +19,7 @@ from django.utils.translation import gettext, gettext_lazy, ngettext
 from django.views import View
 
 from apps.accounts.roles import StaffOr404Mixin, StaffRequiredMixin
+from apps.audit.selectors import audit_for_member
 from apps.core.htmx import htmx_partial
 from apps.members.models import Member
 from apps.members.views import MemberActionView
@@ -96,7 +97,6 @@ def _test_access_done(request: HttpRequest, member: Member, action: str) -> Http
     if not htmx_partial(request):
         messages.success(request, text)
         return redirect(reverse("members:member_detail", args=[member.pk]) + "#test-access")
-    from apps.audit.selectors import audit_for_member
 
     context = {
         "member": member,

@@ -23,6 +23,7 @@ from apps.core.api import (
     paginated,
     query_validate,
 )
+from apps.core.moments import MomentSerializerField
 from apps.members.models import Building
 from apps.tickets import selectors, services
 from apps.tickets.choices import (
@@ -268,7 +269,7 @@ class IncidentListAPI(APIView):
         )
         affected = serializers.ListField(child=serializers.CharField(max_length=80), default=list)
         keywords = serializers.ListField(child=serializers.CharField(max_length=80), default=list)
-        started_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+        started_at = MomentSerializerField(required=False, allow_null=True, default=None)
         public = serializers.BooleanField(default=True)
 
         class Meta:

@@ -1,8 +1,22 @@
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
+from apps.health.signals import public_face_changed
+from apps.members.extensions import member_extension_register
+
 
 class TicketsConfig(AppConfig):
     name = "apps.tickets"
     label = "tickets"
     verbose_name = _("Support")
+
+    def ready(self) -> None:
+        # Its part in the member's data download and erasure (apps/members/privacy.py); the
+        # extension reads models, so it is imported once the registry is ready.
+        from apps.tickets.extension import TicketsMemberExtension
+
+        member_extension_register(TicketsMemberExtension())
+        # A failover or a host lost (apps/health/signals.py): the status page says so at once.
+        from apps.tickets import status  # it reads models too
+
+        public_face_changed.connect(status.public_face_refresh, dispatch_uid="tickets.status")

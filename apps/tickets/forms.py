@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from apps.core.localtime import zone_label
+from apps.core.moments import MomentFormField
 from apps.members.models import Building
 from apps.tickets.choices import IncidentPhase, IncidentSeverity, TicketStatus
 from apps.tickets.models import Incident, Queue
@@ -115,7 +116,7 @@ class IncidentForm(TicketForm):
         required=False,
         help_text=_("Comma-separated; tickets mentioning one are linked automatically"),
     )
-    started_at = forms.DateTimeField(
+    started_at = MomentFormField(
         label=_("Started"),
         initial=_default_start,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -90,6 +91,16 @@ class Incident(models.Model):
         verbose_name = _("incident")
         verbose_name_plural = _("incidents")
         indexes = [models.Index(fields=["ended_at", "started_at"])]
+        constraints = [
+            # Year 1 in the portal's zone is stored as a BC date that no page can read back
+            # (apps/core/moments.py bounds what people type; this is the last word).
+            models.CheckConstraint(
+                condition=models.Q(
+                    started_at__gte=datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
+                ),
+                name="incident_started_sane",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.title

@@ -10,7 +10,11 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from apps.accounts.roles import Role
+from apps.accounts.roles import Role, has_role
+from apps.firewall.live import live_attach
+from apps.health.selectors import firewall_host_states
+from apps.members.selectors import member_of_user
+from apps.network.selectors import member_devices, member_port_forwards
 from apps.tickets.choices import ACTIVE_STATUSES, InboundStatus, MessageKind, TicketStatus
 from apps.tickets.models import Attachment, InboundMail, Incident, Message, Ticket
 
@@ -90,7 +94,6 @@ def ticket_thread(*, actor: User, ticket: Ticket) -> QuerySet[Message]:
     qs = ticket.messages.select_related("author").prefetch_related("attachments")
     if not Ticket.objects.visible_to(actor).filter(pk=ticket.pk).exists():
         return qs.none()
-    from apps.accounts.roles import has_role
 
     if not has_role(actor, Role.SUPPORT):
         qs = qs.exclude(kind=MessageKind.NOTE)
@@ -99,7 +102,6 @@ def ticket_thread(*, actor: User, ticket: Ticket) -> QuerySet[Message]:
 
 def attachment_get(*, actor: User, pk: int) -> Attachment | None:
     """A stored attachment of a visible ticket; notes' files only for support staff."""
-    from apps.accounts.roles import has_role
 
     qs = Attachment.objects.filter(
         pk=pk, stored=True, message__ticket__in=Ticket.objects.visible_to(actor)
@@ -187,8 +189,6 @@ def ticket_member_context(*, actor: User, ticket: Ticket) -> dict[str, Any]:
     Reuses the member dashboard's selectors (membership with room, building and public IPv4;
     the devices the actor may see), so the panel shows what the member sees.
     """
-    from apps.members.selectors import member_of_user
-    from apps.network.selectors import member_devices
 
     member = member_of_user(user=ticket.requester) if ticket.requester_id else None
     devices = list(member_devices(actor=actor, member=member)) if member is not None else []
@@ -205,12 +205,8 @@ def ticket_member_context(*, actor: User, ticket: Ticket) -> dict[str, Any]:
     incidents = incidents[:OPEN_INCIDENTS_SHOWN]  # the panel stays short after an outage
     forwards = None
     if member is not None:
-        from apps.firewall.live import live_attach
-        from apps.network.selectors import member_port_forwards
-
         forwards = list(member_port_forwards(actor=actor, member=member))
         live_attach(f for f in forwards if f.enabled)
-    from apps.health.selectors import firewall_host_states
 
     return {
         "member": member,

@@ -6,8 +6,18 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
+from django.db import transaction
 from django.utils import timezone
+
+from apps.health.selectors import (
+    failed_over_families,
+    firewall_host_states,
+    public_problem_count,
+)
+from apps.tickets.choices import IncidentPhase, IncidentSeverity
+from apps.tickets.models import Incident
 
 STATUS_KEY = "tickets:status:data"
 STALE_KEY = "tickets:status:data:stale"
@@ -21,8 +31,6 @@ _local_html: dict[str, tuple[float, str]] = {}
 
 
 def _incident_dict(incident: Any) -> dict[str, Any]:
-    from apps.tickets.choices import IncidentPhase, IncidentSeverity
-
     return {
         "id": incident.pk,
         "title": incident.title,
@@ -47,8 +55,6 @@ def _incident_dict(incident: Any) -> dict[str, Any]:
 
 def status_data_build() -> dict[str, Any]:
     """Current and recent public incidents, as plain data (picklable, no lazy querysets)."""
-    from apps.tickets.models import Incident
-
     now = timezone.now()
     public = Incident.objects.filter(public=True).prefetch_related("updates", "buildings")
     current = [_incident_dict(i) for i in public.filter(ended_at__isnull=True, started_at__lte=now)]
@@ -69,22 +75,16 @@ def status_data_build() -> dict[str, Any]:
 def _firewall_summary() -> dict[str, Any] | None:
     """How many firewalls report healthy, from the health app (None when that is unavailable:
     the status page must render whatever state the health work is in)."""
-    from django.db import transaction
-
     try:
-        from apps.health.selectors import firewall_host_states
-
         with transaction.atomic():  # a savepoint: a failure here leaves the rest usable
             states = firewall_host_states()
     except Exception:
         return None
-    from apps.health.selectors import failed_over_families
-
-    healthy = sum(1 for state in states if state.ok)
+    degraded = public_problem_count(states)
     return {
         "total": len(states),
-        "healthy": healthy,
-        "degraded": len(states) - healthy,
+        "healthy": len(states) - degraded,
+        "degraded": degraded,
         "on_backup": failed_over_families(states),
     }
 
@@ -115,6 +115,11 @@ def status_cache_refresh() -> None:
         status_data()
     except Exception:  # the status page rebuilds on its next request
         return
+
+
+def public_face_refresh(**_kwargs: object) -> None:
+    """A host's public face changed (apps/health/signals.py, sent on commit): rebuild now."""
+    status_cache_refresh()
 
 
 def banner_incidents() -> list[dict[str, Any]]:
@@ -153,8 +158,6 @@ def status_html_forget_local() -> None:
 
 def status_cache_clear() -> None:
     """Drop the cached data and pages after an incident changed (services call it on commit)."""
-    from django.conf import settings
-
     _local_html.clear()
     cache.delete_many(
         [STATUS_KEY] + [HTML_KEY.format(language=code) for code, _name in settings.LANGUAGES]

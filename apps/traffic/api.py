@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.roles import IsStaffRole
+from apps.core.moments import MomentSerializerField
 from apps.firewall.models import Site
 from apps.members.models import Building, Member
 from apps.traffic.models import Span
@@ -79,7 +80,7 @@ class MemberTrafficAPI(APIView):
 
 
 class TopQuery(serializers.Serializer):
-    hour = serializers.DateTimeField(
+    hour = MomentSerializerField(
         help_text="any time within the hour; without an offset, the portal's time zone"
     )
     site = serializers.PrimaryKeyRelatedField(queryset=Site.objects.all(), required=False)

@@ -25,6 +25,9 @@ from django.utils import timezone
 from apps.firewall.models import FirewallHost
 from apps.firewall.transport import FirewallUnreachable, session_for
 from apps.network.models import Device
+from apps.notifications.choices import NoticeKind
+from apps.notifications.models import Notice
+from apps.notifications.services import _mail_soon
 from apps.traffic.models import Span, TrafficBucket, TrafficCounter
 
 log = structlog.get_logger(__name__)
@@ -316,9 +319,6 @@ def traffic_summaries_notify(*, now: dt.datetime | None = None) -> int:
     """In the first two days of a month: every member with traffic in the month before gets
     a notice with its totals (mailed only to those who turned the monthly summary on). Once per
     member and month (the notice's source); returns how many notices were asked for."""
-    from apps.notifications.choices import NoticeKind
-    from apps.notifications.models import Notice
-    from apps.notifications.services import _mail_soon
 
     now = now or timezone.now()
     zone = timezone.get_current_timezone()

@@ -15,6 +15,7 @@ from django.views import View
 from apps.accounts.roles import StaffRequiredMixin
 from apps.core.htmx import htmx_partial
 from apps.core.localtime import zone_label
+from apps.core.moments import moment_check
 from apps.firewall.models import Site
 from apps.members.models import Building, Member
 from apps.traffic.charts import traffic_chart
@@ -68,6 +69,12 @@ class TopForm(forms.Form):
     hour = forms.TypedChoiceField(
         label=_("Hour"), coerce=int, choices=[(h, f"{h:02d}:00") for h in range(24)]
     )
+
+    def clean_day(self) -> dt.date:
+        try:
+            return moment_check(self.cleaned_data["day"])  # type: ignore[return-value]
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
 
 def _query(request: HttpRequest, moment: dt.datetime) -> str:

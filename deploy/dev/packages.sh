@@ -10,6 +10,7 @@ PACKAGES=(
   nftables iproute2 iputils-ping openssh-server openssh-client socat netcat-openbsd
   chromium fonts-dejavu-core gettext nginx-light openssl systemd dovecot-imapd
   kea-dhcp4-server kea-admin isc-dhcp-client conntrack conntrackd keepalived hping3 prometheus
+  qemu-system-x86 busybox-static iperf3
 )
 # Tests may add a package name here to exercise the "missing package" path.
 if [[ -n "${PORTAL_EXTRA_PACKAGES:-}" ]]; then
@@ -22,7 +23,19 @@ for pkg in "${PACKAGES[@]}"; do
   status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
   [[ "$status" == "installed" ]] || missing+=("$pkg")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+# The kernel lab's kernel: Debian's kernel package, downloaded (never installed) into
+# ./var/kernel-lab (deploy/kernel-lab/kernel_lab.py; a few seconds once, nothing when cached).
+# Only when none is cached: the lab itself looks for a newer one when it runs (apt-cache is slow).
+kernel_lab() {
+  [[ $(id -u) -eq 0 ]] || return 0
+  compgen -G "${PORTAL_KERNEL_LAB_DIR:-$(dirname "$0")/../../var/kernel-lab}/linux-image-*.deb" >/dev/null && return 0
+  python3 "$(dirname "$0")/../kernel-lab/kernel_lab.py" fetch >/dev/null ||
+    echo "kernel lab: the kernel package could not be fetched; its tests will be skipped" >&2
+}
+if [[ ${#missing[@]} -eq 0 ]]; then
+  kernel_lab
+  exit 0
+fi
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "Missing Debian packages: ${missing[*]}" >&2
@@ -50,3 +63,4 @@ if ! "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/nu
   "${apt[@]}" update -qq
   "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}"
 fi
+kernel_lab

@@ -38,8 +38,8 @@ def main() -> None:
     from django.core.management import call_command
     from rest_framework.test import APIClient
 
+    from apps.infra.redis import redis_client
     from apps.members.models import Member
-    from portal.redis import redis_client
 
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     subprocess.run([*LAB, "up"], check=True, capture_output=True)

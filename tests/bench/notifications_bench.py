@@ -76,10 +76,10 @@ def main() -> None:
     from django.test import Client
     from django.urls import reverse
 
+    from apps.infra.celery import app as celery_app
     from apps.members.models import Building
     from apps.notifications.models import Notice
     from apps.tickets.models import Incident
-    from portal.celery import app as celery_app
 
     call_command("flush", "--no-input", verbosity=0)
     cache.clear()

@@ -167,7 +167,7 @@ def run(
     server = subprocess.Popen(
         ["ip", "netns", "exec", "pl-dorm", "python3", "-c", SERVER, device.ipv4]
     )
-    from portal.redis import redis_client
+    from apps.infra.redis import redis_client
 
     stale = list(redis_client().scan_iter("portal:firewall:*"))
     if stale:

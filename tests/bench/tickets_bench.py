@@ -83,9 +83,9 @@ def main() -> None:
     from django.core.cache import cache
     from django.core.management import call_command
 
+    from apps.infra.celery import app as celery_app
     from apps.tickets.models import Message, Ticket
     from apps.tickets.services import incident_declare, incident_mass_reply
-    from portal.celery import app as celery_app
 
     call_command("flush", "--no-input", verbosity=0)
     cache.clear()

@@ -67,8 +67,8 @@ def test_healthz_names_what_is_down(client):
     assert body["redis"] == "ok"
     assert body["worker"] in ("never seen", "ok", "stale")
     assert response.status_code == (200 if body["worker"] == "ok" else 503)
-    from apps.health.heartbeat import HEARTBEAT_KEY, heartbeat_record
-    from portal.redis import redis_client
+    from apps.infra.heartbeat import HEARTBEAT_KEY, heartbeat_record
+    from apps.infra.redis import redis_client
 
     heartbeat_record(worker="test@host")
     try:
@@ -91,6 +91,20 @@ def test_the_alert_rules_check_and_pass_their_unit_tests():
         cwd=PROM, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_every_alert_rule_has_a_unit_test_that_makes_it_fire_and_one_that_does_not():
+    import yaml
+
+    rules = yaml.safe_load((PROM / "portal.rules.yml").read_text())
+    tests = yaml.safe_load((PROM / "portal.rules.test.yml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    cases = [c for t in tests["tests"] for c in t.get("alert_rule_test", [])]
+    fires = {c["alertname"] for c in cases if c.get("exp_alerts")}
+    quiet = {c["alertname"] for c in cases if not c.get("exp_alerts")}
+    assert len(alerts) >= 16
+    assert sorted(alerts - fires) == [], "rules without a case in which they fire"
+    assert sorted(alerts - quiet) == [], "rules without a case in which they stay quiet"
 
 
 @pytest.mark.django_db

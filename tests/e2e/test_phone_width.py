@@ -84,7 +84,13 @@ PAGES = {
 def test_no_page_scrolls_sideways(django_db_setup, browser, live_server, data, width):
     from apps.tickets.services import incident_declare, ticket_open
 
-    incident = incident_declare(actor=data.user, title="Uplink down", keywords=["offline"])
+    # A long title, as real ones are: the inbox's incident filter lists it (a <select> takes
+    # its longest option's width: the inbox was 457 px wide at 390 px).
+    incident = incident_declare(
+        actor=data.user,
+        title="Uplink of house A-North and the whole east wing down since this morning",
+        keywords=["offline"],
+    )
     ticket_open(actor=data.user, subject="offline since this morning", body="No internet")
     too_wide = []
     for user, paths in PAGES.items():
@@ -99,7 +105,15 @@ def test_no_page_scrolls_sideways(django_db_setup, browser, live_server, data, w
             page.get_by_role("button", name="Log in").click()
             page.wait_for_load_state()
         for path in paths:
-            page.goto(path.format(member=data.pk, incident=incident.pk))
+            url = path.format(member=data.pk, incident=incident.pk)
+            response = page.goto(url)
+            # The page itself, not a 403/404/500 or the login form in its place.
+            assert response is not None
+            assert response.status == 200, f"{url} as {user}"
+            assert page.url.endswith(url), f"{url} as {user} went to {page.url}"
+            heading = page.locator("main h1").first
+            assert heading.is_visible(), f"{url} as {user}: no heading"
+            assert heading.inner_text().strip(), f"{url} as {user}: an empty heading"
             overflow = page.evaluate(OVERFLOW)
             if overflow > 0:
                 too_wide.append(f"{path} as {user}: {overflow} px too wide")

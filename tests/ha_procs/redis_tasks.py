@@ -11,7 +11,7 @@ DONE_KEY = "portal:test:ha:done"
 
 @shared_task(name="tests.ha.record", ignore_result=True)
 def record(i: int) -> None:
-    from portal.redis import redis_client, replicated_execute
+    from apps.infra.redis import redis_client, replicated_execute
 
     with redis_client().pipeline(transaction=False) as pipe:
         pipe.sadd(DONE_KEY, i)

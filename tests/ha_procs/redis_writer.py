@@ -20,7 +20,7 @@ django.setup()
 from django.core.cache import cache  # noqa: E402
 
 from apps.firewall.pipeline import firewall_change_request, site_lock  # noqa: E402
-from portal.celery import app  # noqa: E402
+from apps.infra.celery import app  # noqa: E402
 
 
 def main(count: int, site: int) -> None:

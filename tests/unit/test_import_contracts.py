@@ -1,5 +1,6 @@
-"""The import contracts of pyproject.toml ([tool.importlinter]) hold: members imports neither
-network nor testaccess, network does not import testaccess (apps/members/extensions.py)."""
+"""The import contracts of pyproject.toml ([tool.importlinter]) hold: the apps form the floors of
+docs/architecture.md, no app imports the URL root or a task module, the compiler imports nothing
+of the portal."""
 
 from __future__ import annotations
 

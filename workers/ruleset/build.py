@@ -44,7 +44,7 @@ import operator
 import socket
 from collections.abc import Iterable
 
-from workers.ruleset.ir import Chain, HtbClass, Ruleset, SetDef, Shaper, Table
+from workers.ruleset.ir import Chain, Flowtable, HtbClass, Ruleset, SetDef, Shaper, Table
 from workers.ruleset.snapshot import _L4 as _L4
 from workers.ruleset.snapshot import (
     Host,
@@ -280,7 +280,7 @@ _ELEMENT_CACHE_HOSTS = 64
 # tuple (the other host of a pair, from the same read: SnapshotData.for_buildings).
 _Entries = dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]]
 _LAST_MEMBER_SETS: (
-    tuple[tuple[Member, ...], tuple[bool, int, bool], tuple[SetDef, ...], _Entries] | None
+    tuple[tuple[Member, ...], tuple[bool, int, bool, bool], tuple[SetDef, ...], _Entries] | None
 ) = None
 
 
@@ -439,7 +439,7 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
     key = (host.name, syn)  # the syn_fwd4 elements are there or not
     # The second host of a pair compiles the same members right after the first: the sets
     # depend on nothing else of the host than its HTB layout, so they are the first's.
-    pair_key = (mq, queues if mq else 0, syn)
+    pair_key = (mq, queues if mq else 0, syn, host.fast_path)
     last = _LAST_MEMBER_SETS
     if last is not None and last[0] is snapshot.members and last[1] == pair_key:
         _element_cache_store(key, last[3])
@@ -499,9 +499,36 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
         _hash_set("src6", "ipv6_addr", None, out[SRC6]),
         _hash_set("src6_net", "ipv6_addr", None, out[SRC6_NET]),
         _hash_set("src_nat", "ipv4_addr", "ipv4_addr", out[SRC_NAT]),
+        _hash_set("dev4_pub", "ipv4_addr", None, _keys(out[SRC_NAT])),
+        *(fast_path_sets(out) if host.fast_path else ()),
     ]
     _LAST_MEMBER_SETS = (snapshot.members, pair_key, tuple(result), fresh)
     return result
+
+
+def _keys(elements: list[str]) -> list[str]:
+    """The keys of map elements ("key : value")."""
+    return [e.split(" : ", 1)[0] for e in elements]
+
+
+def fast_path_sets(out: list[list[str]]) -> list[SetDef]:
+    """Plain sets with the keys of maps the fast path's rules look up (a kernel before 6.4 or
+    so refuses a lookup in a map without using its value: Debian 12's 6.1 answers "Invalid
+    argument"): the shaped addresses, and the public side of every forward per protocol."""
+    tcp: list[str] = _keys(out[FWD_TCP]) + _keys(out[FWD_BOTH])
+    udp: list[str] = _keys(out[FWD_UDP]) + _keys(out[FWD_BOTH])
+    for key in _keys(out[FWD_RANGES]):  # "address . proto . first-last"
+        address, proto, ports = key.split(" . ")
+        (tcp if proto == "tcp" else udp).append(f"{address} . {ports}")
+    interval = ("interval",)
+    port_key = "ipv4_addr . inet_service"
+    return [
+        SetDef("fwd_keys_tcp", port_key, None, interval, tuple(tcp)),
+        SetDef("fwd_keys_udp", port_key, None, interval, tuple(udp)),
+        _hash_set("shaped4", "ipv4_addr", None, _keys(out[SHAPE4])),
+        _hash_set("shaped6", "ipv6_addr", None, _keys(out[SHAPE6])),
+        _hash_set("shaped6_net", "ipv6_addr", None, _keys(out[SHAPE6_NET])),
+    ]
 
 
 def accounting_sets(dev4: list[str], net6: list[str], addr6: list[str]) -> list[SetDef]:
@@ -574,6 +601,65 @@ def _openings(
                     open_ports.extend(f"{a} . {proto} . {r.first}" for a in addrs)
                 else:
                     open_ranges.extend(f"{a} . {proto} . {r.first}-{r.last}" for a in addrs)
+
+
+FLOWTABLE_NAME = "fastpath"
+# The ingress hook of the member and uplink interfaces, where the kernel's flowtable hook
+# forwards an offloaded packet (no inet ingress chain of ours runs there).
+FLOWTABLE_PRIORITY = "filter"
+
+
+def flowtables(host: Host) -> tuple[Flowtable, ...]:
+    """The fast path's flowtable on the member and uplink interfaces (none unless enabled)."""
+    if not host.fast_path:
+        return ()
+    devices = tuple(sorted({*host.member_interfaces, *host.uplink_interfaces}))
+    return (Flowtable(FLOWTABLE_NAME, FLOWTABLE_PRIORITY, devices),)
+
+
+def fast_path_rules(host: Host) -> tuple[tuple[str, ...], tuple[Chain, ...]]:
+    """(the forward chain's rules, the chains `forward_kept` and `fast_path`) with the fast path.
+
+    An established TCP/UDP flow is offered to the flowtable unless a shaped member is one of
+    its ends: offloaded packets skip the forward and postrouting hooks, so `meta priority set`
+    in `shape` would never classify them into the member's HTB class (they would land in the
+    default class, unshaped). In forward the member side is the device address both ways
+    (outbound: source before SNAT; inbound: destination after DNAT or the reverse SNAT), so
+    the shaping maps' keys decide. The counter counts the packets that offered their flow
+    (one per flow, and again only when a flow comes back from the flowtable)."""
+    if not host.fast_path:
+        return (), ()
+    offer = (
+        "ct state established ct status dnat jump forward_kept",
+        "ct state established meta l4proto { tcp, udp } jump fast_path",
+    )
+    net6 = NET64_MASK
+    orig = "ct original ip daddr"
+    kept = Chain(
+        "forward_kept",
+        (
+            # An established flow to a forward that is gone (or disabled) ends: it came back
+            # from the flowtable when the table was replaced (see diff), and meets this first.
+            # The original destination (public address and port) is a forward's public side.
+            f"meta l4proto tcp {orig} . ct original proto-dst @fwd_keys_tcp return",
+            f"meta l4proto udp {orig} . ct original proto-dst @fwd_keys_udp return",
+            'meta l4proto tcp counter reject with tcp reset comment "forward removed: its connection ends"',
+            'counter drop comment "forward removed: its flow ends"',
+        ),
+    )
+    chain = Chain(
+        "fast_path",
+        (
+            "ip saddr @shaped4 return",
+            "ip daddr @shaped4 return",
+            f"ip6 saddr & {net6} @shaped6_net return",
+            f"ip6 daddr & {net6} @shaped6_net return",
+            "ip6 saddr @shaped6 return",
+            "ip6 daddr @shaped6 return",
+            f'counter flow add @{FLOWTABLE_NAME} comment "fast path: flow offered to the flowtable"',
+        ),
+    )
+    return offer, (kept, chain)
 
 
 def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
@@ -669,6 +755,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
         for i in host.uplink_interfaces
         for o in host.member_interfaces
     ]
+    fast_path_offer, fast_path_chain = fast_path_rules(host)
     if mgmt_on_sides:
         not_device = ("jump foreign4", "jump foreign6")
     else:
@@ -699,6 +786,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
             (
                 # Every path a host forwards is named here; anything else (the sync and the
                 # management links above all) meets the drop policy, counted in the last rule.
+                *fast_path_offer,
                 "ct state established,related accept",
                 *syn_proxy,
                 "ct state invalid counter drop",
@@ -746,9 +834,10 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
             "from_members",
             (
                 "ip saddr @reg4 jump walled",
-                # src_nat and nopub4 hold every device IPv4 exactly once (split by whether the
-                # member has a public IPv4), so together they are the anti-spoofing set.
-                f"ip saddr != @src_nat ip saddr != @nopub4 {not_device[0]}",
+                # dev4_pub (src_nat's keys: a plain set, since a 6.1 kernel refuses a lookup in
+                # a map that ignores the value) and nopub4 hold every device IPv4 exactly once
+                # (split by whether the member has a public IPv4): the anti-spoofing set.
+                f"ip saddr != @dev4_pub ip saddr != @nopub4 {not_device[0]}",
                 f"ip6 saddr & {NET64_MASK} != @src6_net ip6 saddr != @src6 {not_device[1]}",
                 f"oifname {up} ip saddr @nopub4 counter drop"
                 ' comment "member without public IPv4: no Internet via NAT"',
@@ -866,6 +955,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
             ),
         ),
         *syn_out,
+        *fast_path_chain,
         Chain("to_members", tuple(to_members)),
         Chain(
             "walled",
@@ -927,5 +1017,11 @@ def build(snapshot: Snapshot) -> Ruleset:
     sets = policy_sets(snapshot.policy)
     sets += member_sets(snapshot)
     sets.sort(key=lambda s: s.name)
-    table = Table(TABLE_FAMILY, TABLE_NAME, tuple(sets), chains(snapshot.host, snapshot.policy))
+    table = Table(
+        TABLE_FAMILY,
+        TABLE_NAME,
+        tuple(sets),
+        chains(snapshot.host, snapshot.policy),
+        flowtables(snapshot.host),
+    )
     return Ruleset(snapshot.host.name, (table,), shapers(snapshot))

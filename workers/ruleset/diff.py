@@ -14,7 +14,8 @@ priority map points at it; until then packets fall into the default class, which
 From stored data: `diff_stored(previous.to_json(), previous_hash, new)` recompiles the stored
 snapshot and diffs; it answers None (full replacement) when the recompile does not reproduce
 the stored hash, i.e. when the compiler changed in between. A hash set that would outgrow its
-declared `size` changes the structure, so it also gets the full replacement.
+declared `size` changes the structure, so it also gets the full replacement. On a host with
+the fast path, removals and newly shaped members get it too (see FAST_PATH_REPLACED_ON_ADD).
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ class Incremental:
         return not (self.added or self.deleted or self.classes_changed)
 
 
+# With the fast path (a flowtable in the table), an offloaded flow never meets the chains again
+# while it stays in the flowtable: an increment that takes something away (a forward, an
+# opening, a device's addresses) or shapes a member would not reach the flows already
+# offloaded. The full replacement deletes and recreates the flowtable in its transaction, which
+# sends every flow back to the classic path, where the new rules decide on its next packet.
+FAST_PATH_REPLACED_ON_ADD = frozenset({"shaped4", "shaped6", "shaped6_net"})
+
+
 def _key(element: str) -> str:
     return element.split(ELEMENT_SEP, 1)[0]
 
@@ -65,6 +74,8 @@ def diff_rulesets(old: Ruleset, new: Ruleset, old_hash: str, new_hash: str) -> I
             after = set(ns.elements)
             gone = sorted(before - after)
             came = sorted(after - before)
+            if nt.flowtables and (gone or (came and ns.name in FAST_PATH_REPLACED_ON_ADD)):
+                return None  # an offloaded flow meets the new rules only after a replacement
             if gone:
                 keys = ", ".join(_key(e) for e in gone) if ns.value_type else ", ".join(gone)
                 deletes.append(f"delete element {prefix} {ns.name} {{ {keys} }}\n")

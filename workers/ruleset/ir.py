@@ -52,6 +52,16 @@ class Chain:
 
 
 @dataclass(frozen=True, slots=True)
+class Flowtable:
+    """A software flowtable (the fast path): its ingress hook priority and devices, counted."""
+
+    name: str
+    priority: str
+    devices: tuple[str, ...]
+    counter: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Table:
     """One table the portal owns and replaces as a whole."""
 
@@ -59,10 +69,12 @@ class Table:
     name: str
     sets: tuple[SetDef, ...]
     chains: tuple[Chain, ...]
+    flowtables: tuple[Flowtable, ...] = ()
 
     def structure(self) -> tuple[object, ...]:
         """Definition without set elements."""
-        return (self.family, self.name, tuple(s.structure() for s in self.sets), self.chains)
+        head = (self.family, self.name, tuple(s.structure() for s in self.sets), self.chains)
+        return (*head, self.flowtables) if self.flowtables else head
 
 
 @dataclass(frozen=True, slots=True, order=True)

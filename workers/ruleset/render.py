@@ -85,6 +85,13 @@ def render_nft(ruleset: Ruleset) -> str:
         out.append(f"table {t.family} {t.name} {{\n")
         for s in t.sets:
             _set_text(s, out)
+        for ft in t.flowtables:  # before the chains whose `flow add` names it
+            devices = ", ".join(f'"{d}"' for d in ft.devices)
+            out.append(f"\tflowtable {ft.name} {{\n\t\thook ingress priority {ft.priority}\n")
+            out.append(f"\t\tdevices = {{ {devices} }}\n")
+            if ft.counter:
+                out.append("\t\tcounter\n")
+            out.append("\t}\n")
         for c in t.chains:
             out.append(f"\tchain {c.name} {{\n")
             if c.hook:

@@ -643,6 +643,11 @@ class Host:
     public_networks: tuple[IPv4Network, ...] = ()
     # Where the management network arrives (empty: between the member and uplink sides only).
     management_interfaces: tuple[str, ...] = ()
+    # The fast path for established flows (the site's setting): a software flowtable on the
+    # member and uplink interfaces takes established TCP/UDP flows of unshaped members past
+    # the forward and postrouting hooks (docs/ruleset.md, "Fast path"). Needs a kernel with
+    # CONFIG_NF_FLOW_TABLE (Debian's has it).
+    fast_path: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _HOSTNAME_RE.fullmatch(self.name):
@@ -682,6 +687,7 @@ class Host:
             _networks(self.private_networks, f"{what} private networks", 4),
         )
         _set(self, "public_networks", _networks(self.public_networks, f"{what} public networks", 4))
+        _bool(self.fast_path, f"{what} fast_path")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1255,6 +1261,7 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
             "private_networks": [str(n) for n in h.private_networks],
             "public_networks": [str(n) for n in h.public_networks],
             "management_interfaces": list(h.management_interfaces),
+            **({"fast_path": True} if h.fast_path else {}),
         },
     }
     if snapshot.ha is not None:  # absent for a single host: older stored snapshots stay equal
@@ -1408,6 +1415,7 @@ def snapshot_from_json(text: str | bytes) -> Snapshot:
             private_networks=tuple(h["private_networks"]),
             public_networks=tuple(h["public_networks"]),
             management_interfaces=tuple(h.get("management_interfaces", ())),
+            fast_path=h.get("fast_path", False),
         )
         members = tuple(_member_in(row) for row in doc["members"])
         dhcp = _dhcp_in(doc.get("dhcp"))

@@ -23,6 +23,7 @@ from apps.network.services.forwards import (
     port_forward_create,
     port_forward_delete,
     port_forwards_release,
+    public_ipv4_release,
 )
 from apps.network.services.helpers import (
     InvalidMac,
@@ -30,7 +31,6 @@ from apps.network.services.helpers import (
     device_ipv6,
     mac_clean,
     public_ipv4_allocate,
-    public_ipv4_release,
     room_ipv6_prefix_next,
 )
 from apps.network.services.policy import blocked_port_text, policy_object_delete, policy_object_save

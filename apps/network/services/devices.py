@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 
 from apps.abuse.services import device_addresses_record
 from apps.audit.services import audit_changes, audit_record
+from apps.members.models import Room
 from apps.network.errors import (
     DeviceLimitReached,
     DeviceNameInUse,
@@ -20,7 +21,15 @@ from apps.network.errors import (
     NoSubnet,
 )
 from apps.network.hooks import network_changed_on_commit
-from apps.network.models import Device, Family, Ipv6Opening, NetworkSettings, PortForward, Subnet
+from apps.network.models import (
+    Device,
+    Family,
+    Ipv6Opening,
+    ManagementNetwork,
+    NetworkSettings,
+    PortForward,
+    Subnet,
+)
 from apps.network.services.forwards import _forward_delete, _opening_delete
 from apps.network.services.helpers import (
     _device_values,
@@ -195,6 +204,42 @@ def room_require_subnet(*, room: Room) -> None:
 
 
 @transaction.atomic
+def _subnet_reserved_check(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> None:
+    """Refuse a subnet that overlaps a registration range (unknown devices would get member
+    addresses), a management network (the firewalls never filter it) or holds a site's
+    member gateway (a device would be given the router's address)."""
+    from django.apps import apps as django_apps
+
+    clash = ManagementNetwork.objects.filter(network__net_overlaps=str(net)).first()
+    if clash is not None:
+        raise NetworkError(
+            _("%(net)s overlaps the management network %(other)s.")
+            % {"net": net, "other": clash.network},
+            field="network",
+        )
+    if net.version != 4:
+        return
+    if django_apps.is_installed("apps.dhcp"):  # a floor above: read by model name
+        ranges = django_apps.get_model("dhcp", "RegistrationRange").objects
+        taken = ranges.filter(network__net_overlaps=str(net)).first()
+        if taken is not None:
+            raise NetworkError(
+                _("%(net)s overlaps the registration range %(other)s.")
+                % {"net": net, "other": taken.network},
+                field="network",
+            )
+    if django_apps.is_installed("apps.firewall"):
+        for site, gateway in django_apps.get_model("firewall", "Site").objects.values_list(
+            "name", "gateway4"
+        ):
+            if gateway and ipaddress.ip_address(gateway) in net:
+                raise NetworkError(
+                    _("%(net)s holds the gateway %(gateway)s of site %(site)s.")
+                    % {"net": net, "gateway": gateway, "site": site},
+                    field="network",
+                )
+
+
 def subnet_create(*, building: Building, network: str, actor: User | None) -> Subnet:
     """Give a building its private IPv4 subnet or IPv6 prefix; rooms without a /64 get one."""
     net = ipaddress.ip_network(network.strip(), strict=True)
@@ -217,13 +262,12 @@ def subnet_create(*, building: Building, network: str, actor: User | None) -> Su
         raise NetworkError(
             _("%(net)s overlaps %(other)s.") % {"net": net, "other": overlap}, field="network"
         )
+    _subnet_reserved_check(net)
     subnet = Subnet.objects.create(building=building, family=net.version, network=str(net))
     audit_record(
         actor=actor, action="subnet.create", obj=subnet, changes={"network": [None, str(net)]}
     )
     if net.version == 6:
-        from apps.members.models import Room
-
         for room in Room.objects.filter(building=building, ipv6_prefix__isnull=True).order_by("id"):
             room.ipv6_prefix = room_ipv6_prefix_next(building=building)
             room.save(update_fields=["ipv6_prefix"])

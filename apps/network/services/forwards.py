@@ -3,11 +3,14 @@ constraints decide conflicts, each refusal names the rule in the way."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from apps.abuse.services import public_ipv4_quarantine_record
 from apps.audit.services import audit_changes, audit_record
 from apps.network.choices import Direction, Protocol
 from apps.network.errors import (
@@ -559,3 +562,28 @@ def ipv6_opening_delete(*, opening: Ipv6Opening, actor: User) -> None:
     pk = opening.pk
     _opening_delete(opening=opening, actor=actor, member=member)
     network_changed_on_commit(cause=f"ipv6_opening.delete {pk}", actor=actor)
+
+
+# --- the member's public IPv4, released with its forwards ------------------------------------
+
+
+def public_ipv4_release(*, member: Member, actor: User | None) -> PublicAddress | None:
+    """Take the member's public IPv4 back into quarantine (admin setting, default 30 days)."""
+    address = PublicAddress.objects.select_for_update().filter(member=member).first()
+    if address is None:
+        return None
+    port_forwards_release(member=member, actor=actor)
+    days = NetworkSettings.load().quarantine_days
+    now = timezone.now()
+    until = now + dt.timedelta(days=days)
+    address.member, address.quarantined_until, address.assigned_at = None, until, None
+    address.save(update_fields=["member", "quarantined_until", "assigned_at"])
+    public_ipv4_quarantine_record(address=address.address, member=member, at=now, until=until)
+    audit_record(
+        actor=actor,
+        action="public_ipv4.quarantine",
+        obj=address,
+        changes={"member": [str(member), None], "quarantined_until": [None, until.isoformat()]},
+        member=member,
+    )
+    return address

@@ -12,9 +12,10 @@ from django.db import IntegrityError, transaction
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 
-from apps.abuse.services import public_ipv4_assign_record, public_ipv4_quarantine_record
+from apps.abuse.services import public_ipv4_assign_record
 from apps.audit.services import audit_changes, audit_record
 from apps.core.mac import eui64_interface_id, mac_normalize, mac_validate_unicast
+from apps.members.models import Member, Room
 from apps.network.errors import (
     DeviceNameInUse,
     MacInUse,
@@ -25,7 +26,7 @@ from apps.network.errors import (
     SubnetExhausted,
 )
 from apps.network.hooks import network_changed_on_commit
-from apps.network.models import Device, Family, NetworkSettings, PublicAddress, PublicPool, Subnet
+from apps.network.models import Device, Family, PublicAddress, PublicPool, Subnet
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -113,7 +114,6 @@ def room_ipv6_prefix_next(*, building: Building) -> str | None:
     )
     if subnet is None:
         return None
-    from apps.members.models import Room
 
     prefix = ipaddress.IPv6Network(subnet.network)
     used = set(
@@ -203,31 +203,6 @@ def public_ipv4_allocate(*, member: Member, actor: User) -> PublicAddress:
     return address
 
 
-def public_ipv4_release(*, member: Member, actor: User | None) -> PublicAddress | None:
-    """Take the member's public IPv4 back into quarantine (admin setting, default 30 days)."""
-    address = PublicAddress.objects.select_for_update().filter(member=member).first()
-    if address is None:
-        return None
-    # Forwards build on these helpers, so this one import waits for the call.
-    from apps.network.services.forwards import port_forwards_release
-
-    port_forwards_release(member=member, actor=actor)
-    days = NetworkSettings.load().quarantine_days
-    now = timezone.now()
-    until = now + dt.timedelta(days=days)
-    address.member, address.quarantined_until, address.assigned_at = None, until, None
-    address.save(update_fields=["member", "quarantined_until", "assigned_at"])
-    public_ipv4_quarantine_record(address=address.address, member=member, at=now, until=until)
-    audit_record(
-        actor=actor,
-        action="public_ipv4.quarantine",
-        obj=address,
-        changes={"member": [str(member), None], "quarantined_until": [None, until.isoformat()]},
-        member=member,
-    )
-    return address
-
-
 def _device_values(device: Device) -> dict[str, Any]:
     return {"name": device.name, "mac": device.mac, "ipv4": device.ipv4, "ipv6": device.ipv6}
 
@@ -279,8 +254,6 @@ def _network_row_recorded(
 
 
 def _lock_member(member: Member) -> Member:
-    from apps.members.models import Member
-
     return (
         Member.objects.select_for_update(of=("self",))
         .select_related("room__building")

@@ -6,7 +6,6 @@ from apps.tickets.services.helpers import (
     TicketError,
     greeting,
     placeholders_fill,
-    queue_default,
 )
 from apps.tickets.services.inbound import (
     ReceivedMail,
@@ -15,6 +14,7 @@ from apps.tickets.services.inbound import (
     mail_ingest,
     mail_receive,
     mail_receive_batch,
+    queue_default,
     ticket_sender_confirm,
 )
 from apps.tickets.services.incidents import (

@@ -13,7 +13,7 @@ from django.db import models
 from django.utils.translation import gettext as _
 
 from apps.tickets.choices import MessageKind
-from apps.tickets.models import Message, Queue, Ticket, TicketEvent
+from apps.tickets.models import Message, Ticket, TicketEvent
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -45,23 +45,10 @@ def _audit(
             detail=detail[:300],
         )
     if django_apps.is_installed("apps.audit"):
-        from apps.audit.services import audit_record
+        from apps.audit.services import audit_record  # audit is optional (is_installed)
 
         changes = {"detail": [None, detail]} if detail else None
         audit_record(actor=actor, action=action, obj=obj, changes=changes)
-
-
-def queue_default() -> Queue:
-    """The queue new tickets land in (looked up once per batch of received mail)."""
-    from apps.tickets.services.inbound import _MAIL_BATCH  # the batch lives with the inbound code
-
-    batch = _MAIL_BATCH.get()
-    if batch is not None and batch.queue is not None:
-        return batch.queue
-    queue, _created = Queue.objects.get_or_create(slug="support", defaults={"name": "Support"})
-    if batch is not None:
-        batch.queue = queue
-    return queue
 
 
 def _msgid(ticket: Ticket) -> str:

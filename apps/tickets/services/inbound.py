@@ -30,7 +30,6 @@ from apps.tickets.services.helpers import (
     _msgid,
     _reply_subject,
     _thread_headers,
-    queue_default,
 )
 from apps.tickets.services.outbound import _send_after_commit
 
@@ -70,6 +69,17 @@ class _MailBatch:
 _MAIL_BATCH: ContextVar[_MailBatch | None] = ContextVar("tickets_mail_batch", default=None)
 
 
+def queue_default() -> Queue:
+    """The queue new tickets land in (looked up once per batch of received mail)."""
+    batch = _MAIL_BATCH.get()
+    if batch is not None and batch.queue is not None:
+        return batch.queue
+    queue, _created = Queue.objects.get_or_create(slug="support", defaults={"name": "Support"})
+    if batch is not None:
+        batch.queue = queue
+    return queue
+
+
 def _envelope_sender(envelope_from: str | None) -> str:
     return (envelope_from or "")[:320]
 
@@ -86,6 +96,7 @@ def _parse(raw: bytes, envelope_from: str | None) -> ParsedMail:
         raw,
         envelope_from=envelope_from,
         trusted_authserv_ids=settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS,
+        verify_dkim=settings.PORTAL_MAIL_VERIFY_DKIM,
     )
 
 
@@ -100,6 +111,7 @@ def _batch_prepare(mails: Sequence[ReceivedMail]) -> _MailBatch:
                 mail.raw,
                 envelope_from=sender,
                 trusted_authserv_ids=settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS,
+                verify_dkim=settings.PORTAL_MAIL_VERIFY_DKIM,
             )
         except MailParseError as exc:
             batch.parsed[(mail.raw, sender)] = exc

@@ -13,6 +13,9 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from apps.core.moments import moment_check
+from apps.notifications.models import Preference
+from apps.tickets import dispatch
 from apps.tickets.choices import ACTIVE_STATUSES, IncidentPhase, MessageKind, TicketStatus
 from apps.tickets.models import (
     Incident,
@@ -68,6 +71,11 @@ def incident_declare(
     come from members living in an affected building."""
     if not title.strip():
         raise TicketError(_("An incident needs a title."))
+    if started_at is not None:
+        try:
+            moment_check(started_at)
+        except ValueError as exc:
+            raise TicketError(str(exc)) from None
     incident = Incident.objects.create(
         title=title.strip()[:200],
         description=description.strip(),
@@ -95,10 +103,8 @@ def incident_declare(
     transaction.on_commit(status_cache_refresh)
     if buildings and incident.public and django_apps.is_installed("apps.notifications"):
         # Thousands of members may live there: their notices are made by a task, never here.
-        from workers.notifications import incident_notices_create as incident_notices_task
-
         incident_id = incident.pk
-        transaction.on_commit(lambda: incident_notices_task.delay(incident_id))
+        transaction.on_commit(lambda: dispatch.incident_notices_create(incident_id))
     return incident
 
 
@@ -163,7 +169,6 @@ def _requester_languages(tickets: list[Ticket]) -> dict[int, str]:
     """Each ticket's requester's chosen language ("" when none was chosen or no member wrote)."""
     if not django_apps.is_installed("apps.notifications"):
         return {}
-    from apps.notifications.models import Preference
 
     users = {t.requester_id for t in tickets if t.requester_id}
     chosen = dict(
@@ -308,10 +313,8 @@ def incident_mass_reply(
     _audit(
         actor=actor, action="incident.mass_reply", obj=incident, detail=f"{len(tickets)} tickets"
     )
-    from workers.mail import incident_broadcast_send as incident_broadcast_send_task
-
     broadcast_id = broadcast.pk
-    transaction.on_commit(lambda: incident_broadcast_send_task.delay(broadcast_id))
+    transaction.on_commit(lambda: dispatch.incident_broadcast_send(broadcast_id))
     return broadcast
 
 

@@ -10,15 +10,14 @@ from django.core.mail import EmailMessage, get_connection
 from django.db import models, transaction
 from django.utils import timezone
 
+from apps.tickets import dispatch
 from apps.tickets.choices import MessageKind
 from apps.tickets.models import Message
 
 
 def _send_after_commit(message: Message) -> None:
-    from workers.mail import ticket_message_send as ticket_message_send_task
-
     message_id = message.pk
-    transaction.on_commit(lambda: ticket_message_send_task.delay(message_id))
+    transaction.on_commit(lambda: dispatch.ticket_message_send(message_id))
 
 
 def message_email(message: Message, connection: Any = None) -> EmailMessage:

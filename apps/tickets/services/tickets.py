@@ -19,9 +19,8 @@ from apps.tickets.services.helpers import (
     _reply_subject,
     _thread_headers,
     placeholders_fill,
-    queue_default,
 )
-from apps.tickets.services.inbound import _incident_autolink
+from apps.tickets.services.inbound import _incident_autolink, queue_default
 from apps.tickets.services.outbound import _send_after_commit
 
 if TYPE_CHECKING:

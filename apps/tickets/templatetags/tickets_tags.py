@@ -8,14 +8,16 @@ from django import template
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from apps.accounts.roles import Role, has_role, user_roles
+from apps.tickets.history import event_sentence
+from apps.tickets.status import banner_incidents
+
 register = template.Library()
 
 
 @register.inclusion_tag("tickets/partials/incident_banner.html")
 def incident_banner() -> dict[str, Any]:
     """Current public incidents, read from the cache only (no query on any page)."""
-    from apps.tickets.status import banner_incidents
-
     return {"incidents": banner_incidents()}
 
 
@@ -39,16 +41,12 @@ def duration(seconds: float | None) -> str:
 @register.filter
 def can_support(user: Any) -> bool:
     """True for support staff and admins (who work the ticket inbox)."""
-    from apps.accounts.roles import Role, has_role
-
     return has_role(user, Role.SUPPORT)
 
 
 @register.filter
 def event_text(event: Any) -> SafeString:
     """{{ event|event_text }}: a history event as words ("Anna Meier set the status to Solved")."""
-    from apps.tickets.history import event_sentence
-
     return event_sentence(event)
 
 
@@ -62,7 +60,5 @@ def breakable(address: str) -> SafeString:
 @register.filter
 def role_names(user: Any) -> str:
     """The user's roles by their names in the reader's language ("Mitglied, Support")."""
-    from apps.accounts.roles import Role, user_roles
-
     held = user_roles(user)
     return ", ".join(str(role.label) for role in Role if role in held)

@@ -12,7 +12,7 @@ import pytest
 from lab_support import WORKER_ENV, in_ns, lab_sh
 
 from apps.firewall.models import FirewallHost, RuleSetVersion
-from portal.redis import redis_client
+from apps.infra.redis import redis_client
 from tests.celery_proc import celery_start, celery_stop, wait_until
 from tests.factories import device_add, member_active
 

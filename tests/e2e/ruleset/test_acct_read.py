@@ -8,9 +8,13 @@ import ipaddress
 import random
 from pathlib import Path
 
+import pytest
+
 from portal_fw import netlink, traffic
 from portal_fw.host import Host
 from tests.e2e.ruleset import topology as t
+
+pytestmark = pytest.mark.lab  # netlink and nft inside the pl-c* namespaces: needs root
 
 
 def in_ns(ns: str):

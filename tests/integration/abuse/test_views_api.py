@@ -181,3 +181,22 @@ def test_a_client_that_is_not_logged_in_gets_no_answer_by_htmx(ann):
     response = Client().post(PAGE, _form(ann.public_ipv4.address), HTTP_HX_REQUEST="true")
     assert response.status_code in (204, 302)
     assert not AbuseLookup.objects.exists()
+
+
+def test_lookups_have_a_limit_of_their_own_shared_by_page_and_api(client_for, ann, settings):
+    """N7: past PORTAL_THROTTLE_ABUSE_LOOKUP a user's lookups are refused (429), recording
+    nothing, on the page and in the API alike."""
+    settings.PORTAL_THROTTLE_RATES = {**settings.PORTAL_THROTTLE_RATES, "abuse_lookup": "3/h"}
+    client = client_for("abuse")
+    form = _form(ann.public_ipv4.address)
+    assert client.post(PAGE, form).status_code == 200
+    assert client.post(API, form, content_type="application/json").status_code == 200
+    assert client.post(PAGE, form).status_code == 200
+    page = client.post(PAGE, form)
+    assert page.status_code == 429
+    assert "Too many requests" in page.content.decode()
+    api = client.post(API, form, content_type="application/json")
+    assert api.status_code == 429
+    assert "Retry-After" in api
+    assert AbuseLookup.objects.count() == 3
+    assert client_for("abuse").post(PAGE, form).status_code == 200  # another desk user

@@ -115,3 +115,56 @@ def test_a_forged_forwarded_header_from_an_untrusted_peer_is_ignored(client, mak
         login_from(client, "vera", "wrong", peer="192.0.2.5", forwarded=f"198.51.100.{n}")
     locked = login_from(client, "vera", PASSWORD, peer="192.0.2.5", forwarded="198.51.100.99")
     assert locked.status_code == 429
+
+
+def test_wrong_passwords_from_one_ipv6_64_lock_out_whichever_address_they_come_from(
+    client, make_user
+):
+    """N5: an IPv6 client picks any of 2^64 addresses of its /64; the lockout counts the /64."""
+    make_user("vera")
+    for n in range(1, 9):
+        login_from(client, "vera", "wrong", forwarded=f"2001:db8:100:7::{n:x}")
+    locked = login_from(client, "vera", PASSWORD, forwarded="2001:db8:100:7:abcd::99")
+    assert locked.status_code == 429
+    elsewhere = login_from(client, "vera", PASSWORD, forwarded="2001:db8:100:8::1")
+    assert elsewhere.status_code == 302  # another /64 (another household) is not locked out
+
+
+def test_an_account_has_a_cap_on_failed_logins_from_all_clients_together(
+    client, make_user, settings
+):
+    """N5: a spread-out guess (a few tries from each of many clients) meets the per-account cap:
+    the account then refuses every sign-in for the rest of the window, right password or not."""
+    settings.PORTAL_THROTTLE_RATES = {**settings.PORTAL_THROTTLE_RATES, "login_account": "12/h"}
+    make_user("vera")
+    make_user("otto")
+    for n in range(12):
+        response = login_from(client, "vera", "wrong", forwarded=f"198.51.100.{n // 3 + 1}")
+        assert response.status_code == 200  # 3 per client: no client reaches its own lockout
+    locked = login_from(client, "vera", PASSWORD, forwarded="203.0.113.50")
+    assert locked.status_code == 429
+    assert b"Too many failed logins" in locked.content
+    assert b"up to an hour" in locked.content
+    assert login_from(client, "otto", PASSWORD, forwarded="203.0.113.50").status_code == 302
+
+
+def test_password_reset_mails_are_limited_per_ipv6_64(client, make_user, settings):
+    settings.PORTAL_THROTTLE_RATES = {
+        **settings.PORTAL_THROTTLE_RATES,
+        "password_reset_client": "3/h",
+        "password_reset_address": "100/h",
+    }
+    for n in range(4):
+        make_user(f"user{n}", email=f"user{n}@example.org")
+    answers = [
+        client.post(
+            reverse("password_reset"),
+            {"email": f"user{n}@example.org"},
+            REMOTE_ADDR="127.0.0.1",
+            HTTP_X_FORWARDED_FOR=f"2001:db8:100:7::{n + 1:x}",
+        ).status_code
+        for n in range(4)
+    ]
+    assert answers[:3] == [302, 302, 302]
+    assert answers[3] == 429
+    assert len(mail.outbox) == 3

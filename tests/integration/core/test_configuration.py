@@ -92,7 +92,9 @@ def test_make_run_refuses_a_port_already_taken():
     assert "make run PORT=" in result.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become an unprivileged user")
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root for runuser (to become an unprivileged user)"
+)
 def test_missing_packages_without_root_print_the_apt_command():
     result = run(
         ["runuser", "-u", "nobody", "--", "bash", "deploy/dev/packages.sh"],

@@ -19,7 +19,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import path
 
-from portal.errors import PLACEHOLDER_SECRET_KEY, admins_parse, sentry_init
+from apps.infra.errors import PLACEHOLDER_SECRET_KEY, admins_parse, sentry_init
 from tests.integration.core.test_configuration import PRODUCTION, PY, ROOT, run
 
 pytestmark = pytest.mark.django_db

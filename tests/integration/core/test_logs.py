@@ -15,7 +15,7 @@ import pytest
 import structlog
 from django.urls import reverse
 
-from portal.logs import _shared_processors
+from apps.infra.logs import _shared_processors
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[3]

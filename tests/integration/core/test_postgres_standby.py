@@ -19,7 +19,7 @@ import pytest
 from django.contrib.auth.hashers import make_password
 from django.db import connection
 
-from portal.dburl import database_from_url
+from apps.infra.dburl import database_from_url
 from tests.celery_proc import ROOT, wait_until
 from tests.ha import env_without, free_port, pg_pair, proc_stop
 

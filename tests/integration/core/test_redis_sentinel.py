@@ -21,9 +21,9 @@ import redis
 from django.utils import timezone
 
 from apps.firewall.pipeline import firewall_causes_take, lock_key
-from apps.health.heartbeat import HEARTBEAT_KEY
-from portal.redis import ReplicaWait, redis_client, redis_reset
-from portal.redisconf import RedisConfigError, redis_config_from_env
+from apps.infra.heartbeat import HEARTBEAT_KEY
+from apps.infra.redis import ReplicaWait, redis_client, redis_reset
+from apps.infra.redisconf import RedisConfigError, redis_config_from_env
 from tests.celery_proc import ROOT, beat_start, celery_start, celery_stop, wait_until
 from tests.ha import env_without, redis_sentinel_set
 from tests.ha_procs.redis_tasks import DONE_KEY
@@ -304,7 +304,7 @@ def test_a_connection_that_fails_over_still_waits_for_a_replica(monkeypatch):
     import kombu.transport
     from kombu import Connection
 
-    from portal.broker import TRANSPORT, ReplicatedSentinelTransport, keep_on_failover
+    from apps.infra.broker import TRANSPORT, ReplicatedSentinelTransport, keep_on_failover
 
     config = redis_config_from_env(
         {"REDIS_SENTINELS": "127.0.0.1:1,127.0.0.1:2", "REDIS_SENTINEL_MASTER": "portal"},
@@ -315,7 +315,7 @@ def test_a_connection_that_fails_over_still_waits_for_a_replica(monkeypatch):
     aliases = kombu.transport.TRANSPORT_ALIASES
     monkeypatch.setitem(aliases, "sentinel", aliases["sentinel"])  # restored afterwards
     monkeypatch.setattr(kombu.transport, "_transport_cache", {"sentinel": object})  # a stale one
-    keep_on_failover(config.celery_broker_transport())  # as portal.celery does once configured
+    keep_on_failover(config.celery_broker_transport())  # as apps.infra.celery does once configured
     conn = Connection(config.celery_broker_url(), transport=TRANSPORT)
     assert conn.transport_cls == TRANSPORT
     conn.switch(conn.alt[1])
@@ -370,12 +370,12 @@ def test_wait_settings_are_read_and_named():
     base = {"REDIS_SENTINELS": "10.0.0.1:26379", "REDIS_SENTINEL_MASTER": "portal"}
     config = redis_config_from_env(base, default_url="", default_broker_url="")
     assert (config.wait_replicas, config.wait_timeout_ms) == (1, 500)  # the default with Sentinel
-    assert config.celery_broker_transport() == "portal.broker:ReplicatedSentinelTransport"
+    assert config.celery_broker_transport() == "apps.infra.broker:ReplicatedSentinelTransport"
     assert config.celery_transport_options()["wait_replicas"] == 1
     off = redis_config_from_env(
         dict(base, REDIS_WAIT_REPLICAS="0"), default_url="", default_broker_url=""
     )
-    assert off.celery_broker_transport() == "portal.broker:ReplicatedSentinelTransport"
+    assert off.celery_broker_transport() == "apps.infra.broker:ReplicatedSentinelTransport"
     assert off.celery_transport_options()["wait_replicas"] == 0  # publishes do not wait
     one = redis_config_from_env({"REDIS_URL": "redis://x/0"}, default_url="", default_broker_url="")
     assert one.celery_broker_transport() is None

@@ -90,6 +90,8 @@ def test_a_signed_in_member_registers_the_device_with_the_mac_from_the_lease(cli
     text = response.content.decode()
     assert f"is registered with {device.ipv4}" in text
     assert "This device is registered as “laptop”" in text  # the page now says so
+    assert "<h1>This device is registered</h1>" in text
+    assert "not registered" not in text  # neither the heading nor the title contradicts it
     assert AuditEntry.objects.filter(action="device.add", object_id=str(device.pk)).exists()
 
 
@@ -164,3 +166,28 @@ def test_rows_a_host_sends_are_validated_and_the_bad_ones_skipped():
     assert [(r.address, r.mac) for r in rows] == [("10.100.1.5", "02:00:00:00:00:05")]
     assert skipped == 6
     assert lease_rows_parse({"not": "a list"}) == ([], 0)
+
+
+def test_an_address_without_a_known_lease_is_answered_from_the_history_without_reading_hosts(
+    client, garden, monkeypatch
+):
+    """N2: a device with a static address in the range never makes the request read the hosts
+    (an SSH round per anonymous request); the page says the lease has not been seen yet."""
+    import apps.dhcp.services
+
+    def no_ssh_from_a_request(*args, **kwargs):
+        raise AssertionError("a request read the hosts' leases")
+
+    monkeypatch.setattr(apps.dhcp.services, "leases_collect", no_ssh_from_a_request)
+    page = via_proxy(client, "/unregistered/", address="10.100.250.99")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "We have not seen this device's lease yet" in text
+    assert 'data-testid="lease-unseen"' in text
+    german = via_proxy(
+        client, "/unregistered/", address="10.100.250.99", HTTP_ACCEPT_LANGUAGE="de"
+    ).content.decode()
+    assert "Wir haben die Lease dieses Geräts noch nicht gesehen" in german
+    known = via_proxy(client, "/unregistered/").content.decode()  # the collector saw this one
+    assert MAC in known
+    assert 'data-testid="lease-unseen"' not in known

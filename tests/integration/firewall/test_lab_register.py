@@ -65,7 +65,7 @@ def test_health_beat_asks_for_a_run_while_a_host_is_behind(settings, firewall_re
 
 def test_health_beat_runs_changes_whose_run_was_lost(settings, firewall_redis_clean):
     from apps.firewall.pipeline import causes_key, firewall_causes_take
-    from portal.redis import redis_client
+    from apps.infra.redis import redis_client
     from workers.health import firewall_health_collect
 
     settings.PORTAL_FIREWALL_SSH_KEY = "/nonexistent/key"

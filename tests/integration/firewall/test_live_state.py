@@ -74,3 +74,29 @@ def test_many_rows_cost_three_queries(django_assert_num_queries):
     with django_assert_num_queries(3):  # hosts, their sites, confirmations
         states = live_states(changed_at={n: now - timedelta(seconds=n) for n in range(50)})
     assert len(states) == 50
+
+
+def test_a_host_held_on_an_older_version_is_named_to_the_resident(client):
+    """Issue 25: while staff pin a host, a resident's new change is not "waiting for the
+    firewalls" forever: the page says that host is held on an older version by the team."""
+    from django.urls import reverse
+
+    from tests.factories import forward_add, member_active
+
+    t0 = timezone.now()
+    nat1 = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    old = confirm(nat1, snapshot_at=t0 - timedelta(seconds=10), at=t0 - timedelta(seconds=9))
+    FirewallHost.objects.filter(pk=nat1.pk).update(pinned_version=old)
+    state = live_states(changed_at={"row": t0})["row"]
+    assert state.state == "pending"
+    assert state.hosts[0].reason == "pinned"
+    member = member_active()
+    forward_add(member, ports="8080")
+    client.force_login(member.user)
+    page = client.get(reverse("members:dashboard"))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'data-testid="live-held"' in html
+    assert "pl-nat1 is held on an older version by the network team" in html
+    german = client.get(reverse("members:dashboard"), HTTP_ACCEPT_LANGUAGE="de").content.decode()
+    assert "pl-nat1 wird vom Netzwerk-Team auf einer älteren Version gehalten" in german

@@ -12,7 +12,7 @@ from pathlib import Path
 from django.conf import settings
 
 from apps.firewall.pipeline import _ACQUIRE, _lock_take, lock_key
-from portal.redis import redis_client
+from apps.infra.redis import redis_client
 from tests.celery_proc import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -21,6 +21,7 @@ from tests.factories import (
     member_active,
     opening_add,
 )
+from workers.ruleset import compile_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -127,3 +128,37 @@ def test_changing_a_sites_buildings_in_the_admin_requests_a_compile(
     assert set(site.buildings.values_list("pk", flat=True)) == {north.pk, south.pk}
     causes, _ = firewall_causes_take(site.pk)
     assert causes == [f"site north settings (by {admin.username})"]
+
+
+@pytest.mark.django_db(transaction=True)  # the hook runs when the admin's transaction commits
+def test_the_fast_path_is_a_site_setting_off_by_default_that_reaches_its_hosts_rule_sets(
+    client, two_sites, firewall_redis_clean
+):
+    from apps.firewall.pipeline import firewall_causes_take
+    from tests.factories import UserFactory
+
+    hosts, north, _south, _alice, _bob = two_sites
+    site = hosts["north"].site
+    assert site.fast_path is False
+    off = compile_snapshot(firewall_snapshot_build(host=hosts["north"])).nft
+    assert "flowtable" not in off
+    admin = UserFactory(roles=["admin"], is_staff=True, is_superuser=True)
+    client.force_login(admin)
+    response = client.post(
+        f"/admin/firewall/site/{site.pk}/change/",
+        {"name": site.name, "buildings": [north.pk], "fast_path": "on"},
+    )
+    assert response.status_code == 302, response.content[:2000]
+    site.refresh_from_db()
+    assert site.fast_path is True
+    causes, _ = firewall_causes_take(site.pk)
+    assert causes == [f"site north settings (by {admin.username})"]
+    on = compile_snapshot(firewall_snapshot_build(host=FirewallHost.objects.get(name="north-fw")))
+    assert "flowtable fastpath" in on.nft
+    assert "flow add @fastpath" in on.nft
+    # The other site's hosts keep the slow path.
+    south = compile_snapshot(firewall_snapshot_build(host=hosts["south"])).nft
+    assert "flowtable" not in south
+    # Staff see it beside the host's site on the hosts page.
+    page = client.get("/firewalls/").content.decode()
+    assert "fast path for established flows on" in page

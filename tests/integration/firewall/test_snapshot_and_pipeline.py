@@ -19,9 +19,9 @@ from apps.firewall.pipeline import (
 )
 from apps.firewall.rollout import CompileError, ruleset_compile
 from apps.firewall.snapshot import firewall_snapshot_build, snapshot_data_read
+from apps.infra.redis import redis_client
 from apps.members.services import member_suspend
 from apps.network.models import Device
-from portal.redis import redis_client
 from tests.factories import MemberFactory, device_add, member_active
 
 pytestmark = pytest.mark.django_db
@@ -178,7 +178,7 @@ def test_without_sync_changes_are_recorded_but_nothing_is_scheduled(settings, ho
 
 
 def redis_client_broker_len() -> int:
-    from portal.celery import app
+    from apps.infra.celery import app
 
     with app.connection_for_write() as conn:
         return conn.default_channel.client.llen("firewall")

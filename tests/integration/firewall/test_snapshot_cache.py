@@ -228,8 +228,8 @@ def test_the_firewall_worker_takes_its_first_task_only_after_its_warm_up(setting
     returns, every host is compiled, so a change that came during the start is sent warm. The
     wait is bounded; a worker of other queues does not warm at all."""
     from apps.firewall import rollout
-    from apps.firewall.dispatch import FIREWALL_QUEUE
     from apps.firewall.models import FirewallHost
+    from apps.infra.celery import FIREWALL_QUEUE
     from workers import firewall
 
     host = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")

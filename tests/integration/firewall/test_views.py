@@ -253,3 +253,60 @@ def test_push_now_without_any_enabled_firewall_says_so(client_for, firewall_redi
     page = admin.get(reverse("firewall:push_outcome", args=[request_id])).content.decode()
     assert "No firewall is enabled: there was nothing to push to." in page
     assert "hx-trigger" not in page
+
+
+def test_a_sample_taken_before_the_confirmed_push_is_not_drift(client_for, host):
+    """Issue 25: right after a push the newest health sample still names the version before it;
+    the rollout itself confirmed the new one, so the list shows no red "Runs version X,
+    expected Y" until a sample taken after the push disagrees."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    old = store(host, "old")
+    new = store(host, "new")
+    host.mark_applied(new)
+    HostHealthSample.objects.create(
+        host=host,
+        reachable=True,
+        loaded_version=old.content_hash,
+        at=host.applied_at - timedelta(seconds=2),  # asked just before the push confirmed
+    )
+    client = client_for("volunteer")
+    page = client.get(reverse("firewall:host_list")).content.decode()
+    assert "Runs version" not in page
+    detail = client.get(reverse("firewall:host_detail", args=[host.name])).content.decode()
+    assert "Runs version" not in detail
+    HostHealthSample.objects.create(
+        host=host, reachable=True, loaded_version=old.content_hash, at=timezone.now()
+    )
+    page = client.get(reverse("firewall:host_list")).content.decode()
+    assert f"Runs version {old.content_hash[:12]}, expected {new.content_hash[:12]}" in page
+
+
+def test_a_fault_instance_is_not_claimed_to_be_a_link_down(client_for, host):
+    """Issue 25: `lab.sh failover` (the priority file) puts an instance in FAULT with every link
+    up; the warning names both causes instead of asserting a tracked link is down."""
+    HostHealthSample.objects.create(
+        host=host, reachable=True, ha={"instances": {"ipv4": {"state": "FAULT"}}}
+    )
+    page = client_for("volunteer").get(reverse("firewall:host_list")).content.decode()
+    assert "(a tracked link is down)" not in page
+    assert "IPv4 failover instance in FAULT: this host gave up the role" in page
+    assert "an operator&#x27;s failover set its priority file" in page
+
+
+def test_only_the_confirmed_version_is_marked_running_the_equal_ones_say_same_as(client_for, host):
+    """Issue 25: after a put-back several stored versions carry the running hash; only the one
+    the host confirmed says "(running)", the others "same as #N"."""
+    first = store(host, "a", cause="first")
+    store(host, "b", cause="second")
+    again = store(host, "a", cause="put back")  # the same content as #first
+    host.mark_applied(again)
+    page = client_for("admin").get(reverse("firewall:host_detail", args=[host.name]))
+    html = page.content.decode()
+    assert html.count("(running)") == 1
+    running = html.split(f'data-testid="version-{again.pk}">', 1)[1].split("</td>", 1)[0]
+    assert "(running)" in running
+    same = html.split(f'data-testid="version-{first.pk}">', 1)[1].split("</td>", 1)[0]
+    assert f"same as #{again.pk}" in same

@@ -6,8 +6,9 @@ import time
 import pytest
 from django.urls import reverse
 
-from apps.health.heartbeat import BEAT_KEY, HEARTBEAT_KEY, celery_status
-from portal.redis import redis_client
+from apps.health.heartbeat import celery_status
+from apps.infra.heartbeat import BEAT_KEY, HEARTBEAT_KEY
+from apps.infra.redis import redis_client
 from tests.celery_proc import celery_start, celery_stop
 
 
@@ -63,7 +64,7 @@ def test_worker_and_beat_are_seen_alive(clean_marks, tmp_path, settings, client_
         "--schedule",
         str(tmp_path / "schedule"),
         "--scheduler",
-        "portal.celery:PortalScheduler",
+        "apps.infra.celery:PortalScheduler",
         tmp_path=tmp_path,
     )
     try:

@@ -172,3 +172,44 @@ def test_the_admin_upload_names_the_line_too(make_user):
     assert response.status_code == 200
     assert "Line 4: ipv4_subnet holds the IPv6 network" in response.content.decode()
     assert not Room.objects.exists()
+
+
+@pytest.fixture
+def reserved():
+    """A registration range, a management network and a site's member gateway already there."""
+    from apps.dhcp.models import RegistrationRange
+    from apps.firewall.models import Site
+    from apps.network.models import ManagementNetwork
+
+    other = Building.objects.create(code="R", name="House R")
+    RegistrationRange.objects.create(building=other, network="10.100.250.0/24")
+    ManagementNetwork.objects.create(network="10.255.255.0/28", note="lab")
+    Site.objects.get_or_create(name="north", defaults={"gateway4": "10.100.0.1"})
+
+
+@pytest.mark.parametrize(
+    ("subnet", "names"),
+    [
+        ("10.100.250.0/25", "registration range 10.100.250.0/24"),
+        ("10.255.255.0/24", "management network 10.255.255.0/28"),
+        ("10.100.0.0/24", "holds the gateway 10.100.0.1 of site"),
+    ],
+)
+def test_a_subnet_overlapping_a_registration_range_management_or_gateway_is_refused(
+    reserved, tmp_path, make_user, subnet, names
+):
+    """N6: import_rooms and the admin refuse it, naming what it overlaps, and change nothing."""
+    path = tmp_path / "rooms.csv"
+    path.write_text(f"{HEADER}C,House C,1,{subnet},\n")
+    with pytest.raises(CommandError, match=rf"Line 2: .*{names}"):
+        call_command("import_rooms", str(path))
+    assert not Building.objects.filter(code="C").exists()
+    client = Client()
+    client.force_login(make_user(roles=("admin",)))
+    building = Building.objects.create(code="D", name="House D")
+    response = client.post(
+        "/admin/network/subnet/add/", {"building": building.pk, "network": subnet}
+    )
+    assert response.status_code == 200
+    assert names in response.content.decode()
+    assert not Subnet.objects.exists()

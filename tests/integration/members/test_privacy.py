@@ -14,9 +14,9 @@ from rest_framework.test import APIClient
 
 from apps.abuse.models import AddressHolding
 from apps.audit.models import AuditEntry
-from apps.core.retention import retention_run
 from apps.members.models import Member
 from apps.network.models import PublicPool
+from apps.operations.retention import retention_run
 from tests.factories import (
     PASSWORD,
     device_add,
@@ -209,3 +209,20 @@ def test_a_former_member_who_volunteers_keeps_their_login(settings: Any) -> None
     assert member.user.is_active
     assert member.user.email
     assert member.user.first_name == "Ann"
+
+
+def test_repeated_downloads_write_one_audit_row_per_day() -> None:
+    """N8: a script downloading its data 20 times a day leaves one row that day, not 20; the
+    next day's download is recorded again."""
+    member = _member_with_data()
+    client = _client(member)
+    api = APIClient()
+    api.force_authenticate(member.user)
+    for _ in range(10):
+        assert client.get("/me/data.json").status_code == 200
+        assert api.get("/api/me/data/").status_code == 200
+    exports = AuditEntry.objects.filter(action="member.data_export", member=member)
+    assert exports.count() == 1
+    exports.update(at=timezone.now() - dt.timedelta(days=1))  # that row was yesterday's
+    assert client.get("/me/data.json").status_code == 200
+    assert exports.count() == 2

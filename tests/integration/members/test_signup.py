@@ -146,3 +146,20 @@ def test_logged_in_users_are_sent_to_their_account(client_for):
     response = client_for("member").get(URL)
     assert response.status_code == 302
     assert response.url == reverse("members:dashboard")
+
+
+def test_attempts_from_one_ipv6_64_count_together(client, room, settings):
+    """N5: a client rotating addresses inside its /64 is one client for the limit."""
+    settings.SIGNUP_ATTEMPTS_PER_WINDOW = 3
+    signup_throttle_reset(ip="2001:db8:100:9::")
+    try:
+        for n in range(3):
+            response = client.post(
+                URL, data(room, room="Z-999"), REMOTE_ADDR=f"2001:db8:100:9::{n + 1}"
+            )
+            assert response.status_code == 422
+        response = client.post(URL, data(room), REMOTE_ADDR="2001:db8:100:9:ffff::1")
+        assert response.status_code == 429
+        assert not Member.objects.exists()
+    finally:
+        signup_throttle_reset(ip="2001:db8:100:9::")

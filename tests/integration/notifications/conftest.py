@@ -9,7 +9,7 @@ from apps.notifications.services import FLUSH_LOCK_KEY
 
 @pytest.fixture(autouse=True)
 def _no_flush_lock():
-    from portal.redis import redis_client
+    from apps.infra.redis import redis_client
 
     redis_client().delete(FLUSH_LOCK_KEY)
     yield

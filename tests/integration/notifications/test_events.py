@@ -45,7 +45,7 @@ def test_an_incident_for_building_x_tells_only_the_members_of_x(django_capture_o
     gone.status, gone.room = MemberStatus.ENDED, None
     gone.save()
     with (
-        mock.patch("workers.notifications.incident_notices_create.delay") as task,
+        mock.patch("apps.tickets.dispatch.incident_notices_create") as task,
         django_capture_on_commit_callbacks(execute=True),
     ):
         incident = incident_declare(actor=None, title="Switch in X dead", buildings=[x])
@@ -77,7 +77,7 @@ def test_an_incident_without_buildings_or_not_public_tells_nobody(
     x = BuildingFactory(code="X")
     MemberFactory(room=RoomFactory(building=x))
     with (
-        mock.patch("workers.notifications.incident_notices_create.delay") as task,
+        mock.patch("apps.tickets.dispatch.incident_notices_create") as task,
         django_capture_on_commit_callbacks(execute=True),
     ):
         everywhere = incident_declare(actor=None, title="Mail server slow")

@@ -15,9 +15,9 @@ import pytest
 from aiosmtpd.controller import Controller
 from django.core.cache import cache
 
+from apps.infra.celery import app as celery_app
+from apps.tickets.mailin import smtp_controller
 from apps.tickets.status import STALE_KEY, status_cache_clear
-from portal.celery import app as celery_app
-from workers.mail import smtp_controller
 
 
 def free_port() -> int:

@@ -6,6 +6,7 @@ into a temporary directory; nothing of the machine's Dovecot set-up is read or c
 
 from __future__ import annotations
 
+import grp
 import imaplib
 import os
 import pwd
@@ -33,6 +34,7 @@ auth_mechanisms = plain login
 disable_plaintext_auth = no
 default_login_user = {login_user}
 default_internal_user = {internal_user}
+default_internal_group = {internal_group}
 first_valid_uid = {uid}
 last_valid_uid = 0
 mail_location = maildir:{root}/mail/%u
@@ -112,10 +114,12 @@ def dovecot_server() -> Iterator[ImapServer]:
     if os.geteuid() == 0:
         # Dovecot refuses mail access as root; the mailbox belongs to an unprivileged user.
         mail_user = pwd.getpwnam("nobody")
-        login_user, internal_user = "dovenull", "dovecot"
+        login_user, internal_user, internal_group = "dovenull", "dovecot", "dovecot"
     else:
+        # Without root Dovecot cannot chown its sockets to the dovecot group: all runs as us.
         mail_user = pwd.getpwuid(os.getuid())
         login_user = internal_user = mail_user.pw_name
+        internal_group = grp.getgrgid(mail_user.pw_gid).gr_name
     uid, gid = mail_user.pw_uid, mail_user.pw_gid
     port = _free_port()
     root.chmod(0o755)
@@ -132,6 +136,7 @@ def dovecot_server() -> Iterator[ImapServer]:
             gid=gid,
             login_user=login_user,
             internal_user=internal_user,
+            internal_group=internal_group,
         )
     )
     process = subprocess.Popen(

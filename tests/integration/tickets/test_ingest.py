@@ -96,8 +96,8 @@ def test_attachments_stored_up_to_the_limit(listener, settings):
 
 
 def test_mail_over_the_size_limit_is_refused_by_smtp(listener, settings):
+    from apps.tickets.mailin import smtp_controller
     from tests.integration.tickets.conftest import free_port, started
-    from workers.mail import smtp_controller
 
     settings.PORTAL_MAIL_MAX_BYTES = 4000
     port = free_port()
@@ -275,8 +275,8 @@ def test_the_listener_logs_no_connection_chatter_and_leaves_no_server_thread(tra
     """aiosmtpd logged each connection's steps at INFO from its own thread, whenever it got to
     them: in tests after pytest had closed the capture of the test that caused them ("I/O
     operation on closed file"), in production six lines per mail."""
+    from apps.tickets.mailin import smtp_controller
     from tests.integration.tickets.conftest import free_port, started
-    from workers.mail import smtp_controller
 
     records: list[logging.LogRecord] = []
     keep = logging.Handler()

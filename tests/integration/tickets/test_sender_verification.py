@@ -169,3 +169,82 @@ def test_comments_and_quoted_values_in_the_header_are_read():
     assert not sender_authenticated(
         [header], from_address="a@uni.example.evil", trusted_authserv_ids=[MX]
     )
+
+
+# Issue 25: without a trusted Authentication-Results the listener verifies DKIM itself.
+
+
+@pytest.fixture
+def dkim_key(monkeypatch):
+    """A signing key of uni.example (selector "s1"); its public half is what the domain's DNS
+    answers for s1._domainkey.uni.example (served to dkimpy in place of a resolver: the test
+    machine has no DNS of its own)."""
+    import base64
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    import apps.tickets.mailparse
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    records = {b"s1._domainkey.uni.example.": b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)}
+    asked: list[bytes] = []
+
+    def txt(name: bytes, timeout: int = 5) -> bytes | None:
+        asked.append(name)
+        return records.get(name if name.endswith(b".") else name + b".")
+
+    monkeypatch.setattr(apps.tickets.mailparse, "DKIM_DNS", txt)
+    return private, asked
+
+
+def signed(mail, private: bytes, domain: str = "uni.example") -> bytes:
+    from email.policy import SMTP
+
+    import dkim
+
+    raw = mail.as_bytes(policy=SMTP)
+    signature = dkim.sign(
+        raw, b"s1", domain.encode(), private, include_headers=[b"from", b"subject", b"to"]
+    )
+    return signature + raw
+
+
+def test_a_valid_aligned_dkim_signature_links_the_member_without_any_header(
+    listener, settings, anna, dkim_key
+):
+    settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS = []
+    settings.PORTAL_TICKET_ACKNOWLEDGE = False
+    private, asked = dkim_key
+    listener.send(signed(make_mail(subject="No internet", sender="anna@uni.example"), private))
+    ticket = Ticket.objects.get()
+    assert (ticket.requester, ticket.sender_unverified) == (anna, False)
+    assert asked == [b"s1._domainkey.uni.example."]
+
+
+def test_a_forged_or_unaligned_signature_stays_unverified_and_is_offered_to_staff(
+    listener, settings, anna, staff, dkim_key
+):
+    settings.PORTAL_MAIL_TRUSTED_AUTHSERV_IDS = []
+    settings.PORTAL_TICKET_ACKNOWLEDGE = False
+    private, _asked = dkim_key
+    # Signed, then changed on the way: the signature no longer verifies.
+    tampered = signed(make_mail(subject="Hi", sender="anna@uni.example"), private)
+    listener.send(tampered.replace(b"Subject: Hi", b"Subject: Hi!"))
+    # A valid signature of another domain says nothing about anna@uni.example.
+    other = make_mail(subject="Other", sender="anna@uni.example")
+    listener.send(signed(other, private, domain="mail.evil.example"))
+    tickets = list(Ticket.objects.order_by("pk"))
+    assert [(t.requester, t.sender_unverified) for t in tickets] == [(None, True), (None, True)]
+    # Staff see the matching member as a suggestion and confirm with one click.
+    page = login(staff).get(reverse("tickets:ticket_detail", args=[tickets[0].pk])).content.decode()
+    assert "Anna Meier" in page
+    assert "sender not verified" in page.lower()

@@ -141,3 +141,37 @@ def test_severity_and_phase_read_in_the_readers_language():
     assert "Teilausfall" in german
     assert "Partial outage" not in german
     assert "Wird untersucht" in german
+
+
+def _pair_sample(host, ipv4, ipv6, **ha):
+    from apps.health.models import HostHealthSample
+
+    instances = {"ipv4": {"state": ipv4}, "ipv6": {"state": ipv6}}
+    HostHealthSample.objects.create(host=host, reachable=True, ha={"instances": instances, **ha})
+
+
+def test_a_takeover_that_kept_traffic_flowing_is_information_not_a_problem():
+    """Issue 25: after a failover both families have a primary; the host that gave up its roles
+    (FAULT) is not "a firewall reporting a problem" on the public page."""
+    hosts = pair_hosts()
+    _pair_sample(hosts[0], "FAULT", "FAULT")
+    _pair_sample(hosts[1], "MASTER", "MASTER")
+    status_cache_clear()
+    data = status_data()[0]["firewalls"]
+    assert data["degraded"] == 0
+    assert data["on_backup"] == ["IPv4"]
+    page = Client().get(reverse("tickets:status_page")).text
+    assert "report a problem" not in page
+    assert "reports a problem" not in page
+    assert 'class="status-summary status-summary-info" data-testid="on-backup"' in page
+    assert "IPv4 traffic is running on the backup firewall" in page
+
+
+def test_a_pair_warning_counts_once_not_once_per_host():
+    hosts = pair_hosts()
+    _pair_sample(hosts[0], "MASTER", "BACKUP")
+    _pair_sample(hosts[1], "MASTER", "MASTER")  # both primary for IPv4: one problem of the pair
+    status_cache_clear()
+    assert status_data()[0]["firewalls"]["degraded"] == 1
+    page = Client().get(reverse("tickets:status_page")).text
+    assert "1 of 2 firewalls reports a problem" in page

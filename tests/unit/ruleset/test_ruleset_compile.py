@@ -214,7 +214,7 @@ def test_member_without_public_ipv4_passes_anti_spoofing_but_gets_no_nat(
     no_nat = _rule(text, "member without public IPv4")
     assert no_nat.startswith('oifname "pl-cfwu" ip saddr @nopub4 counter drop')
     chain = text.split("chain from_members {")[1].split("}")[0]
-    spoof = "ip saddr != @src_nat ip saddr != @nopub4 jump foreign4"
+    spoof = "ip saddr != @dev4_pub ip saddr != @nopub4 jump foreign4"
     assert chain.index(spoof) < chain.index("member without public IPv4")
 
 

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from apps.abuse.api import LookupOutputSerializer
 from apps.abuse.inputs import LookupInvalid
 from apps.abuse.selectors import LookupAnswer
 from apps.abuse.services import abuse_lookup
@@ -48,8 +49,6 @@ class Command(BaseCommand):
             lines = [f"{field}: {msg}" for field, msgs in exc.errors.items() for msg in msgs]
             raise CommandError("\n".join(lines)) from None
         if options["json"]:
-            from apps.abuse.api import LookupOutputSerializer
-
             self.stdout.write(json.dumps(LookupOutputSerializer(answer).data, indent=2))
             return
         self._print(answer)

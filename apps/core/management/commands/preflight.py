@@ -9,7 +9,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from portal.redis import redis_client
+from apps.core.checks import KEY_HINT, secret_key_problems
+from apps.infra.redis import redis_client
 
 
 def redact(url: str) -> str:
@@ -21,8 +22,6 @@ class Command(BaseCommand):
     help = "Check the database and Redis connections; exit non-zero with a clear message."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from apps.core.checks import KEY_HINT, secret_key_problems
-
         problems = [f"{p.msg} {KEY_HINT}" for p in secret_key_problems()]
         db = settings.DATABASES["default"]
         try:

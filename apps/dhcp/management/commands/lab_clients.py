@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.firewall.management.commands.lab_register import LAB_MEMBER_NETWORKS, LAB_SCRIPT
-from apps.firewall.snapshot import NETWORKED_STATUSES
+from apps.members.choices import NETWORKED_STATUSES
 from apps.network.models import Device
 
 

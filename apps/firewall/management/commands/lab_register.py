@@ -14,7 +14,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.validators import validate_ipv46_address
 from django.db import transaction
 
-from apps.firewall.models import HOST_PATH_VALIDATOR, FirewallHost
+from apps.firewall.models import HOST_PATH_VALIDATOR, FirewallHost, Site, validate_virtual_addresses
+from apps.members.choices import NETWORKED_STATUSES
+from apps.network.models import Device, NetworkSettings
 
 LAB_SCRIPT = Path(settings.BASE_DIR) / "deploy" / "lab" / "lab.sh"
 LAB_MEMBER_NETWORKS = ("10.100.0.0/16", "2001:db8:100::/48")  # the lab contract's member side
@@ -125,7 +127,6 @@ class Command(BaseCommand):
         lines = lab.get("virtual_addresses")
         if not isinstance(lines, list):
             return
-        from apps.firewall.models import Site, validate_virtual_addresses
 
         text = "\n".join(str(line) for line in lines)
         try:
@@ -140,15 +141,12 @@ class Command(BaseCommand):
         probe = lab.get("probe")
         if not isinstance(probe, dict):
             return
-        from apps.network.models import NetworkSettings
 
         address = str(ipaddress.ip_address(probe["address"]))
         NetworkSettings.objects.update_or_create(id=1, defaults={"probe_address": address})
 
     def _devices_into_lab(self) -> None:
         """Give pl-dorm the addresses of the networked devices, so forwards can be tried."""
-        from apps.firewall.snapshot import NETWORKED_STATUSES
-        from apps.network.models import Device
 
         member_side = [ipaddress.ip_network(n) for n in LAB_MEMBER_NETWORKS]
         addresses = []

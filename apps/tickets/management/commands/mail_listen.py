@@ -9,6 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.tickets.mailin import smtp_controller
+
 
 class Command(BaseCommand):
     help = "Listen for mail on PORTAL_SMTP_HOST:PORTAL_SMTP_PORT and file it as tickets."
@@ -26,8 +28,6 @@ class Command(BaseCommand):
     def handle(
         self, *args: Any, host: str, port: int, batch: int, threads: int, **options: Any
     ) -> None:
-        from workers.mail import smtp_controller
-
         if batch < 1 or threads < 1:
             raise CommandError("--batch and --threads must be at least 1")
         controller = smtp_controller(host, port, max_batch=batch, threads=threads)

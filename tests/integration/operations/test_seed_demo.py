@@ -151,7 +151,7 @@ def test_layout_for_100k_members_fits_its_ranges():
     """Above 62,500 members: 500 rooms per building, each room's /64 inside its building's /48."""
     import ipaddress
 
-    from apps.core.management.commands.seed_demo import Layout
+    from apps.operations.management.commands.seed_demo import Layout
 
     layout = Layout.for_count(100_000)
     buildings = -(-100_000 // layout.rooms_per_building)
@@ -177,7 +177,7 @@ def test_layout_for_100k_members_fits_its_ranges():
 
 def test_a_different_room_layout_is_refused(debug_on, monkeypatch):
     """Growing across a layout boundary would misplace members: refused, not mixed."""
-    from apps.core.management.commands import seed_demo
+    from apps.operations.management.commands import seed_demo
 
     call_command("seed_demo", members=3, seed=7)
     small = seed_demo.Layout.for_count(3)

@@ -1,7 +1,7 @@
 from django.urls import path
 
-from apps.core import views
-from apps.core.metrics import healthz_view, metrics_view
+from apps.operations import views
+from apps.operations.metrics import healthz_view, metrics_view
 
 urlpatterns = [
     path("", views.home, name="home"),

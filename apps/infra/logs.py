@@ -94,7 +94,7 @@ def logging_config(*, json: bool, level: str) -> dict[str, Any]:
         "filters": {"require_debug_false": {"()": "django.utils.log.RequireDebugFalse"}},
         "handlers": {
             "console": {"class": "logging.StreamHandler", "formatter": "portal"},
-            # Errors reach a person (portal/errors.py): failed tasks go to ADMINS, as 500s do
+            # Errors reach a person (apps/infra/errors.py): failed tasks go to ADMINS, as 500s do
             # through Django's own "django" logger (DEFAULT_LOGGING, kept beside this).
             "mail_admins": {
                 "level": "ERROR",

@@ -11,7 +11,7 @@ from django.apps import apps as django_apps
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from django.utils import timezone
 
-from apps.core.retention import BOUNDED_ELSEWHERE, RULES, Rule, rule_apply
+from apps.operations.retention import BOUNDED_ELSEWHERE, RULES, Rule, rule_apply
 from tests.factories import AddressHoldingFactory, member_registered
 
 pytestmark = pytest.mark.django_db

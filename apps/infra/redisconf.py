@@ -1,7 +1,7 @@
 """Where Redis is: one URL, or a set of Sentinels that name the current primary.
 
 Every user of Redis (the cache, the firewall site locks, live state and rate limits through
-`portal.redis`, the Celery broker, beat's schedule and lock in celery-redbeat) is configured from the one `RedisConfig` this
+`apps.infra.redis`, the Celery broker, beat's schedule and lock in celery-redbeat) is configured from the one `RedisConfig` this
 module reads from the environment, so a failover moves all of them to the new primary at once.
 
 - One server: `REDIS_URL` (cache, locks) and `CELERY_BROKER_URL` (the broker), as before.
@@ -84,7 +84,7 @@ class RedisConfig:
         if self.sentinel_password:
             kwargs["password"] = self.sentinel_password
         options["sentinel_kwargs"] = kwargs
-        # portal.broker's channel: with wait_replicas, each publish waits for the replicas (WAIT).
+        # apps.infra.broker's channel: with wait_replicas, each publish waits for the replicas (WAIT).
         options["wait_replicas"] = self.wait_replicas
         options["wait_timeout_ms"] = self.wait_timeout_ms
         return options
@@ -94,7 +94,7 @@ class RedisConfig:
         `wait_replicas` replicas hold it; a connection lost in a failover fails cleanly);
         otherwise the URL's scheme decides."""
         if self.uses_sentinel:
-            return "portal.broker:ReplicatedSentinelTransport"  # portal.broker.TRANSPORT
+            return "apps.infra.broker:ReplicatedSentinelTransport"  # apps.infra.broker.TRANSPORT
         return None
 
     def celery_publish_retry_policy(self) -> dict[str, float]:
@@ -109,8 +109,8 @@ class RedisConfig:
         return {"max_retries": 30, "interval_start": 0, "interval_step": 0.25, "interval_max": 0.5}
 
     def redbeat_url(self) -> str:
-        """What celery-redbeat's banner names (the client itself is portal.redis's: see
-        portal.celery.PortalScheduler)."""
+        """What celery-redbeat's banner names (the client itself is apps.infra.redis's: see
+        apps.infra.celery.PortalScheduler)."""
         return "redis-sentinel://" if self.uses_sentinel else self.url
 
     def redbeat_options(self) -> dict[str, Any]:

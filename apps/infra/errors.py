@@ -2,7 +2,7 @@
 sent to a Sentry-compatible error tracker (Sentry, GlitchTip, Bugsink...).
 
 `ADMINS` comes from the environment ("Ops <ops@example.org>, oncall@example.org"); Django's
-`AdminEmailHandler` (portal/logs.py) mails each 500 and each failed Celery task to them.
+`AdminEmailHandler` (apps/infra/logs.py) mails each 500 and each failed Celery task to them.
 `sentry_init` runs once from the settings, so web, workers, beat and the mail listener report
 alike; without a DSN nothing is initialised and nothing leaves the host. Events carry no
 personal data beyond what the traceback holds (no cookies, user, bodies or local variables).

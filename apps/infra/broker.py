@@ -5,13 +5,13 @@ crashed may be missing on the replica the sentinels promote, and the task is los
 sender was told it was sent. This channel sends each publish and a `WAIT` for the replicas on one
 connection (WAIT covers the writes of its own connection), so `apply_async` returns once a
 replica holds the task. Without a replica it waits `wait_timeout_ms` once, logs it and goes on
-(`portal.redis.ReplicaWait`).
+(`apps.infra.redis.ReplicaWait`).
 
 A publish whose connection breaks after the LPUSH but before WAIT's answer is sent again by
 Celery's publish retry, so a task may arrive twice (never zero times): the portal's tasks are
 idempotent (a firewall run compiles the whole database; the beat tasks look at the current state).
 
-Selected by `CELERY_BROKER_TRANSPORT` (portal/redisconf.py) when `REDIS_SENTINELS` is set (with
+Selected by `CELERY_BROKER_TRANSPORT` (apps/infra/redisconf.py) when `REDIS_SENTINELS` is set (with
 `REDIS_WAIT_REPLICAS=0` publishes do not wait); the options come from
 `CELERY_BROKER_TRANSPORT_OPTIONS`. Kombu's
 failover (`Connection.switch` to the next sentinel's URL) builds the transport from that URL's
@@ -28,11 +28,11 @@ from kombu.transport.redis import SentinelChannel, SentinelTransport
 from kombu.utils.json import dumps
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from portal.redis import FailoverConnection, ReplicaWait
+from apps.infra.redis import FailoverConnection, ReplicaWait
 
 __all__ = ["ReplicatedSentinelChannel", "ReplicatedSentinelTransport", "keep_on_failover"]
 
-TRANSPORT = "portal.broker:ReplicatedSentinelTransport"
+TRANSPORT = "apps.infra.broker:ReplicatedSentinelTransport"
 
 
 class ReplicatedSentinelChannel(SentinelChannel):

@@ -1,7 +1,7 @@
 """The portal's Redis connections: one pool per process for locks, heartbeats, counters and live
 state (`redis_client`), one for the cache (`PortalRedisCache`), both from settings.REDIS.
 
-With Sentinel (portal/redisconf.py) each new connection asks the sentinels for the current
+With Sentinel (apps/infra/redisconf.py) each new connection asks the sentinels for the current
 primary, and a command that meets a dead or demoted primary is retried with back-off for as long
 as a failover takes, so a failover shows as a pause of a few seconds instead of an error. Writes
 that must survive the failover itself go through `replicated_execute` (Redis WAIT).
@@ -22,7 +22,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
-from portal.redisconf import RETRIES, RedisConfig
+from apps.infra.redisconf import RETRIES, RedisConfig
 
 log = structlog.get_logger(__name__)
 

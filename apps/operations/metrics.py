@@ -28,6 +28,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from apps.core.clientip import client_address
+from apps.dhcp.models import Lease
+from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
+from apps.health.models import HostHealthSample
+from apps.infra.heartbeat import BEAT_KEY, HEARTBEAT_KEY
+from apps.infra.redis import redis_client
+from apps.tickets.choices import ACTIVE_STATUSES
+from apps.tickets.models import InboundMail, Ticket
 
 REQUEST_LATENCY = Histogram(
     "portal_http_request_seconds",
@@ -37,8 +44,18 @@ REQUEST_LATENCY = Histogram(
 )
 
 
+# The methods the portal answers; any other (a client may send "FOO1", "FOO2", ...) is counted
+# as "other", so no anonymous client can add label values (time series) without bound.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def method_label(method: str | None) -> str:
+    """The request's method as a label value from a fixed set."""
+    return method if method in KNOWN_METHODS else "other"
+
+
 class RequestLatencyMiddleware:
-    """Times every request by its resolved view name."""
+    """Times every request by its resolved view name (a bounded set: the URL names)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -48,7 +65,7 @@ class RequestLatencyMiddleware:
         response = self.get_response(request)
         match = getattr(request, "resolver_match", None)
         view = match.view_name if match is not None and match.view_name else "unresolved"
-        REQUEST_LATENCY.labels(view=view[:80], method=request.method or "?").observe(
+        REQUEST_LATENCY.labels(view=view[:80], method=method_label(request.method)).observe(
             time.perf_counter() - started
         )
         return response
@@ -65,9 +82,6 @@ class PortalCollector:
         yield from self._dhcp()
 
     def _hosts(self) -> Iterator[GaugeMetricFamily]:
-        from apps.firewall.models import FirewallHost, RuleSetVersion
-        from apps.health.models import HostHealthSample
-
         reachable = GaugeMetricFamily(
             "portal_firewall_host_reachable", "1 when the newest health sample reached the host",
             labels=["host", "site"],
@@ -150,8 +164,6 @@ class PortalCollector:
     def _pushes(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count
 
-        from apps.firewall.models import PushLogEntry
-
         pushes = GaugeMetricFamily(
             "portal_firewall_push_steps_last_hour",
             "Push steps of the last hour by host, step and outcome",
@@ -169,9 +181,6 @@ class PortalCollector:
 
     def _tickets_and_mail(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count
-
-        from apps.tickets.choices import ACTIVE_STATUSES
-        from apps.tickets.models import InboundMail, Ticket
 
         tickets = GaugeMetricFamily(
             "portal_tickets", "Tickets by status (open = new, open and waiting)", labels=["status"]
@@ -198,9 +207,6 @@ class PortalCollector:
         yield from (tickets, active, mail, quarantined)
 
     def _processes(self) -> Iterator[GaugeMetricFamily]:
-        from apps.health.heartbeat import BEAT_KEY, HEARTBEAT_KEY
-        from portal.redis import redis_client
-
         up = GaugeMetricFamily("portal_redis_up", "1 when Redis answered this scrape")
         queue = GaugeMetricFamily(
             "portal_queue_length", "Tasks waiting in a Celery queue", labels=["queue"]
@@ -231,8 +237,6 @@ class PortalCollector:
 
     def _dhcp(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count
-
-        from apps.dhcp.models import Lease
 
         leases = GaugeMetricFamily(
             "portal_dhcp_leases_active",
@@ -278,8 +282,6 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
 def healthz_view(request: HttpRequest) -> JsonResponse:
     """For load balancers and monitors: PostgreSQL, Redis and the worker heartbeat."""
-    from apps.health.heartbeat import HEARTBEAT_KEY
-    from portal.redis import redis_client
 
     checks: dict[str, str] = {}
     try:

@@ -24,6 +24,11 @@ from django.db import connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.dhcp.models import DhcpSettings
+from apps.members.privacy import former_members_erase
+from apps.notifications.choices import MailStatus
+from apps.tickets.choices import InboundStatus, TicketStatus
+
 log = structlog.get_logger(__name__)
 
 __all__ = ["BOUNDED_ELSEWHERE", "RULES", "Rule", "retention_run"]
@@ -37,8 +42,6 @@ def _days(name: str) -> Callable[[], dt.timedelta]:
 
 
 def _lease_days() -> dt.timedelta:
-    from apps.dhcp.models import DhcpSettings
-
     days = DhcpSettings.objects.filter(id=1).values_list("lease_retention_days", flat=True).first()
     return dt.timedelta(days=days or DhcpSettings._meta.get_field("lease_retention_days").default)
 
@@ -48,8 +51,6 @@ def _live_window() -> dt.timedelta:
 
 
 def _inbound_settled() -> Q:
-    from apps.tickets.choices import InboundStatus
-
     return ~Q(status__in=[InboundStatus.RECEIVED, InboundStatus.QUARANTINED])
 
 
@@ -58,14 +59,10 @@ def _inbound_unsettled() -> Q:
 
 
 def _notice_not_pending() -> Q:
-    from apps.notifications.choices import MailStatus
-
     return ~Q(mail_status=MailStatus.PENDING)
 
 
 def _ticket_done() -> Q:
-    from apps.tickets.choices import TicketStatus
-
     return Q(status__in=[TicketStatus.SOLVED, TicketStatus.CLOSED])
 
 
@@ -185,7 +182,6 @@ def rule_apply(rule: Rule, *, now: dt.datetime | None = None) -> int:
 
 def retention_run(*, now: dt.datetime | None = None) -> dict[str, int]:
     """Apply every rule, then erase the former members who are due; rows deleted per rule."""
-    from apps.members.privacy import former_members_erase
 
     now = now or timezone.now()
     deleted = {rule.name: rule_apply(rule, now=now) for rule in RULES}

@@ -1,4 +1,4 @@
-"""Entry points that belong to no single app."""
+"""The landing page: it belongs to no single app, so it stands on the top floor."""
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 import time
 from typing import Any
@@ -13,9 +14,13 @@ from celery.signals import setup_logging
 from celery.worker.consumer import Consumer
 from redbeat import RedBeatScheduler
 
-from portal.logs import bind_celery_task_ids
+from apps.infra.logs import bind_celery_task_ids
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+# The queue of the firewall worker (CELERY_TASK_ROUTES): one process that keeps the warm snapshot
+# cache for every push and never waits behind mail.
+FIREWALL_QUEUE = "firewall"
 
 app = Celery(
     "portal",
@@ -34,9 +39,21 @@ app = Celery(
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 
+def task_send(name: str, *args: Any, countdown: float | None = None) -> None:
+    """Send the Celery task `name` ("workers.mail.ticket_message_send") by its name, so that a
+    service never imports the task module, which imports the service. Celery's send_task ignores
+    task_always_eager; here, as with .delay(), the task then runs in this process (tests)."""
+    if app.conf.task_always_eager:
+        module, _, function = name.rpartition(".")
+        getattr(importlib.import_module(module), function).apply(args=args)
+        return
+    app.send_task(name, args=args, countdown=countdown)
+
+
 @app.on_after_configure.connect(weak=False)
 def _broker_failover(sender: Celery, **_: Any) -> None:
-    from portal.broker import keep_on_failover
+    # needs Django, and this module loads before the settings
+    from apps.infra.broker import keep_on_failover
 
     keep_on_failover(sender.conf.broker_transport)
 
@@ -55,7 +72,7 @@ class PortalConsumer(Consumer):
 
 @setup_logging.connect(weak=False)
 def _portal_logging(**_: Any) -> None:
-    """Workers and beat log through Django's LOGGING (portal/logs.py), not Celery's format."""
+    """Workers and beat log through Django's LOGGING (apps/infra/logs.py), not Celery's format."""
     import logging.config
 
     from django.conf import settings
@@ -71,7 +88,7 @@ class PortalScheduler(RedBeatScheduler):
     on two hosts with one active), which also records that beat itself is alive (for the status
     page). A beat waiting for the lock does not tick, so only the active one is seen alive.
 
-    redbeat talks to Redis through the portal's own client (portal.redis): the same server or
+    redbeat talks to Redis through the portal's own client (apps.infra.redis): the same server or
     sentinels as everything else, each new connection asking the sentinels for the primary and
     every command retried across a failover. (redbeat's own Sentinel client retries single
     commands only, not the pipelines it reads the schedule with, and a failed lock renewal ended
@@ -82,7 +99,8 @@ class PortalScheduler(RedBeatScheduler):
     _last_beat = 0.0
 
     def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
-        from portal.redis import redis_client
+        # needs Django, and this module loads before the settings
+        from apps.infra.redis import redis_client
 
         # celery-redbeat tells "set" from "fallen back to the broker's" by the bare names
         # (redbeat_*), which the CELERY_ namespace of Django's settings hides: name them.
@@ -130,7 +148,8 @@ class PortalScheduler(RedBeatScheduler):
         now = time.monotonic()
         if now - self._last_beat < 2:
             return
-        from apps.health.heartbeat import beat_alive_mark
+        # needs Django, and this module loads before the settings
+        from apps.infra.heartbeat import beat_alive_mark
 
         self._last_beat = now
         with contextlib.suppress(Exception):  # the status page's mark never stops beat

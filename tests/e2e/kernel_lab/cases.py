@@ -1,0 +1,178 @@
+"""The kernel-lab cases: the product's compiled rule sets (from the compiler, for the lab's
+snapshot in tests/e2e/ruleset/scenario.py) and the traffic each case sends inside the VM.
+
+Every case prints `key=value` lines and fenced blocks; the tests in this directory read them.
+Addresses: member 1's device 10.100.0.10 (public 198.51.100.5, forwards tcp 8080 -> 80 and
+7007 -> 7007), member 2's device 10.100.0.20 (shaped to 2,000 kbit/s down), the Internet
+client 203.0.113.10.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.e2e.kernel_lab.vm import Case
+from tests.e2e.ruleset.scenario import DORM_ADDRESSES, HOST, POLICY, lab_members
+from workers.ruleset import compile_snapshot
+from workers.ruleset import snapshot as s
+
+FAST = dataclasses.replace(HOST, fast_path=True)
+DORM = " ".join(DORM_ADDRESSES)
+TRANSFER_S = 6
+CONTROL_S = 3  # the same traffic without the fast path: only its counters are compared
+SHAPED_S = 6
+PROBE_PORT = 5201
+
+
+def rules(host: s.Host = FAST, policy: s.Policy = POLICY, members=None) -> dict[str, str]:
+    compiled = compile_snapshot(
+        s.Snapshot(policy=policy, host=host, members=members or lab_members())
+    )
+    return {"rules.nft": compiled.nft, "rules.tc": compiled.tc}
+
+
+def without_forward(port: int) -> tuple[s.Member, ...]:
+    """The lab's members with member 1's forward on public port `port` removed."""
+    m1, *rest = lab_members()
+    kept = tuple(f for f in m1.forwards if f.public_ports.first != port)
+    return (dataclasses.replace(m1, forwards=kept), *rest)
+
+
+# {expect}: what the flow's entry shows once it runs ([OFFLOAD] with the fast path).
+TRAFFIC = """
+load_rules . || exit 3
+in_ns $INET iperf3 -s -1 -p {port} > server_out.log 2>&1 &
+in_ns $DORM iperf3 -s -1 -p 7007 -B 10.100.0.10 > server_in.log 2>&1 &
+sleep 1
+# Outbound: member 1's device to the Internet (SNAT to 198.51.100.5).
+in_ns $DORM timeout 20 iperf3 -c 203.0.113.10 -p {port} -B 10.100.0.10 -t {seconds} -J > out.json &
+c=$!
+wait_entry 'src=10.100.0.10 dst=203.0.113.10' '{expect}'
+echo "offload_out=$(offloaded 'src=10.100.0.10 dst=203.0.113.10')"
+block conntrack_out in_ns $FW conntrack -L
+wait $c
+# Inbound: the Internet to member 1's forward 198.51.100.5:7007 (DNAT to 10.100.0.10:7007).
+in_ns $INET timeout 20 iperf3 -c 198.51.100.5 -p 7007 -t {seconds} -J > in.json &
+c=$!
+wait_entry 'dst=198.51.100.5 sport=' '{expect}'
+echo "offload_in=$(offloaded 'dst=198.51.100.5 sport=')"
+block conntrack_in in_ns $FW conntrack -L
+wait $c
+sleep 1
+block iperf_out cat out.json
+block iperf_in cat in.json
+block server_out cat server_out.log
+block server_in cat server_in.log
+echo "offered=$(rule_counter fast_path 'fast path: flow offered to the flowtable')"
+echo "acct_out=$(element_counter acct4_out 10.100.0.10)"
+echo "acct_in=$(element_counter acct4_in 10.100.0.10)"
+block conntrack_end in_ns $FW conntrack -L -p tcp
+block ruleset in_ns $FW nft list ruleset
+"""
+
+SHAPED = f"""
+load_rules . || exit 3
+in_ns $INET iperf3 -s -1 -p {PROBE_PORT} > server.log 2>&1 &
+sleep 1
+# Member 2's download (the server sends: -R), shaped to its class on pl-cfwd.
+in_ns $DORM timeout 30 iperf3 -c 203.0.113.10 -p {PROBE_PORT} -B 10.100.0.20 -R -O 1 -t {SHAPED_S} -J > down.json &
+c=$!
+# Once its data flows (a second entry of the device, past its control connection) and then
+# for a while longer, none of its entries is offloaded.
+wait_entry 'src=10.100.0.20' 'ESTABLISHED'
+sleep 3
+echo "shaped_entries=$(in_ns $FW conntrack -L 2>/dev/null | grep -c 'src=10.100.0.20')"
+echo "offload_shaped=$(offloaded 'src=10.100.0.20')"
+wait $c
+block iperf_down cat down.json
+block classes in_ns $FW tc -s class show dev pl-cfwd
+"""
+
+FORWARD_REMOVED = """
+load_rules . || exit 3
+in_ns $DORM iperf3 -s -1 -p 7007 -B 10.100.0.10 > server_gone.log 2>&1 &
+in_ns $DORM iperf3 -s -1 -p 80 -B 10.100.0.10 > server_kept.log 2>&1 &
+sleep 1
+# Two long transfers through member 1's forwards; the rule set then loses the one on 7007.
+in_ns $INET timeout 60 iperf3 -c 198.51.100.5 -p 7007 -t 40 -i 1 --forceflush > gone.log 2>&1 &
+g=$!
+in_ns $INET timeout 60 iperf3 -c 198.51.100.5 -p 8080 -t 40 -i 1 --forceflush > kept.log 2>&1 &
+k=$!
+wait_entry 'dport=7007 ' '[OFFLOAD]'
+wait_entry 'dport=8080 ' '[OFFLOAD]'
+echo "offload_gone_before=$(offloaded 'dport=7007 ')"
+echo "offload_kept_before=$(offloaded 'dport=8080 ')"
+# The new rule set without the forward on 7007: a full replacement, as the helper applies it.
+t0=$(cut -d' ' -f1 /proc/uptime)
+in_ns $FW nft -f rules2.nft
+echo "reload=$?"
+t1=$(cut -d' ' -f1 /proc/uptime)
+echo "reload_at=$t0 $t1"
+wait_entry 'dport=8080 ' '[OFFLOAD]'
+sleep 1
+echo "offload_gone_after=$(offloaded 'dport=7007 ')"
+echo "offload_kept_after=$(offloaded 'dport=8080 ')"
+block after_conntrack in_ns $FW conntrack -L
+sleep 2
+echo "gone_alive=$(kill -0 $g 2>/dev/null && echo yes || echo no)"
+echo "kept_alive=$(kill -0 $k 2>/dev/null && echo yes || echo no)"
+kill $k $g 2>/dev/null
+t2=$(cut -d' ' -f1 /proc/uptime)
+echo "checked_at=$t2"
+block gone cat gone.log
+block kept cat kept.log
+echo "ended=$(rule_counter forward_kept 'forward removed: its connection ends')"
+block after_ruleset in_ns $FW nft list ruleset
+"""
+
+FLOODS = """
+load_rules . || exit 3
+in_ns $DORM iperf3 -s -p 80 -B 10.100.0.10 >/dev/null 2>&1 &
+sleep 1
+# 300 SYNs without TCP options (hping3's plain SYN) to member 1's forward: dropped before
+# conntrack by the early chain (raw priority), counted by reason.
+in_ns $INET hping3 -q -S -p 8080 -c 300 -i u2000 198.51.100.5 >/dev/null 2>&1
+echo "early_dropped=$(rule_counter early_tcp 'malformed: SYN without options')"
+echo "early_entries=$(in_ns $FW conntrack -L -p tcp --orig-port-dst 8080 2>/dev/null | wc -l)"
+# 3,000 well-formed SYNs (a timestamp option) from random sources: the forwards' quota
+# ({quota} connections per member) bounds the entries the flood can create.
+in_ns $INET hping3 -q -S --tcp-timestamp --rand-source -p 8080 -c 3000 -i u300 198.51.100.5 >/dev/null 2>&1
+echo "quota_entries=$(in_ns $FW conntrack -L -p tcp --orig-port-dst 8080 2>/dev/null | wc -l)"
+echo "quota_dropped=$(rule_counter to_members 'quota: forwarded connections')"
+block quota_hit in_ns $FW nft list set inet portal_fw quota_hit4
+"""
+
+QUOTA_IN = 100
+SETUP = f'topo "{DORM}"\n'
+
+
+def all_cases() -> list[Case]:
+    """Every kernel-lab case, in the order the VM runs them."""
+    flood_policy = dataclasses.replace(POLICY, conntrack_quota_in=QUOTA_IN)
+    return [
+        Case(
+            "fast_path_on",
+            TRAFFIC.format(seconds=TRANSFER_S, port=PROBE_PORT, expect="[OFFLOAD]"),
+            rules(),
+            timeout=100,
+        ),
+        Case(
+            "fast_path_off",
+            TRAFFIC.format(seconds=CONTROL_S, port=PROBE_PORT, expect="ESTABLISHED"),
+            rules(HOST),
+            timeout=100,
+        ),
+        Case("shaped_download", SHAPED, rules(), timeout=100),
+        Case(
+            "forward_removed",
+            FORWARD_REMOVED,
+            {**rules(), "rules2.nft": rules(members=without_forward(7007))["rules.nft"]},
+            timeout=100,
+        ),
+        Case(
+            "floods",
+            FLOODS.format(dorm=DORM, quota=QUOTA_IN),
+            rules(policy=flood_policy),
+            timeout=100,
+        ),
+    ]
