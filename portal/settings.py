@@ -116,6 +116,7 @@ INSTALLED_APPS = [
     "apps.abuse",
     "apps.notifications",
     "apps.traffic",
+    "apps.alerts",  # Alertmanager's webhook: alerts open incidents (above tickets)
     "apps.operations",  # metrics, retention, demo data: reads every app above
 ]
 
@@ -332,6 +333,28 @@ CELERY_BEAT_SCHEDULE["firewall-health"] = {
     "schedule": timedelta(seconds=PORTAL_HEALTH_INTERVAL),
     "options": {"expires": PORTAL_HEALTH_INTERVAL},
 }
+# Alertmanager's webhook (apps/alerts): the shared secret it sends as a bearer token (empty:
+# every call is refused), and how long a resolved alert group waits before it says "working
+# again" (a flap inside this time opens nothing and posts nothing).
+PORTAL_ALERTS_WEBHOOK_SECRET = os.environ.get("PORTAL_ALERTS_WEBHOOK_SECRET", "")
+PORTAL_ALERTS_HOLD_DOWN_SECONDS = env_int("PORTAL_ALERTS_HOLD_DOWN_SECONDS", 300)
+CELERY_BEAT_SCHEDULE["alerts-settle"] = {
+    "task": "workers.alerts.alert_groups_settle",
+    "schedule": timedelta(seconds=60),
+    "options": {"expires": 60},
+}
+# The off-site status page (apps/tickets/publish.py, deploy/README.md): "" (off), a directory,
+# or user@host:/path reached with rsync over SSH (key, known_hosts and port below).
+PORTAL_STATUS_PUBLISH_TARGET = os.environ.get("PORTAL_STATUS_PUBLISH_TARGET", "")
+PORTAL_STATUS_PUBLISH_SSH_KEY = os.environ.get("PORTAL_STATUS_PUBLISH_SSH_KEY", "")
+PORTAL_STATUS_PUBLISH_KNOWN_HOSTS = os.environ.get("PORTAL_STATUS_PUBLISH_KNOWN_HOSTS", "")
+PORTAL_STATUS_PUBLISH_SSH_PORT = env_int("PORTAL_STATUS_PUBLISH_SSH_PORT", 0)
+if PORTAL_STATUS_PUBLISH_TARGET:  # the backstop: the page's "as of" time never gets old
+    CELERY_BEAT_SCHEDULE["status-publish"] = {
+        "task": "workers.status.status_publish",
+        "schedule": timedelta(minutes=5),
+        "options": {"expires": 300},
+    }
 # Test accesses: notices N days before the end (NetworkSettings), expiry after the last day.
 CELERY_BEAT_SCHEDULE["test-access-expire"] = {
     "task": "workers.network.expire_test_accesses",

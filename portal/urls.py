@@ -22,4 +22,5 @@ urlpatterns = [
     path("", include("apps.abuse.urls")),
     path("", include("apps.notifications.urls")),
     path("", include("apps.traffic.urls")),
+    path("", include("apps.alerts.urls")),
 ]

@@ -325,7 +325,15 @@ def pair_warnings(
                 )
             )
     stats = [((samples[h.pk].ha.get("conntrackd") or {}).get("stats") or {}) for h in pair]
-    for mine, peer, host in ((stats[0], stats[1], pair[1]), (stats[1], stats[0], pair[0])):
+    for mine, peer, host, my_roles in (
+        (stats[0], stats[1], pair[1], roles[0]),
+        (stats[1], stats[0], pair[0], roles[1]),
+    ):
+        if "MASTER" not in my_roles.values():
+            # A host without a role carries no connection: its internal cache holds what its
+            # kernel kept from before (purged after conntrackd's PurgeTimeout), which the
+            # peer, now primary for everything, does not need.
+            continue
         have, expect = peer.get("external_active"), mine.get("internal_active")
         if have is None or expect is None:
             continue

@@ -26,6 +26,7 @@ app = Celery(
     "portal",
     include=[
         "workers.abuse",
+        "workers.alerts",
         "workers.dhcp",
         "workers.firewall",
         "workers.health",
@@ -33,6 +34,7 @@ app = Celery(
         "workers.notifications",
         "workers.traffic",
         "workers.retention",
+        "workers.status",
         "apps.testaccess.tasks",  # the beat task of test accesses, with its app
     ],
 )

@@ -36,6 +36,8 @@ from apps.infra.redis import redis_client
 from apps.tickets.choices import ACTIVE_STATUSES
 from apps.tickets.models import InboundMail, Ticket
 
+# conntrack's counters of new connections it refused (apps/health conntrack_warnings reads the same)
+CONNTRACK_DROP_KEYS = ("drop", "early_drop", "insert_failed")
 REQUEST_LATENCY = Histogram(
     "portal_http_request_seconds",
     "Time to answer a request, by view (this process).",
@@ -126,6 +128,12 @@ class PortalCollector:
             "conntrackd's lost sync messages since it started (rising: the sync stalls)",
             labels=["host"],
         )
+        drops = GaugeMetricFamily(
+            "portal_firewall_conntrack_drops",
+            "New connections conntrack refused since the host booted (drop + early_drop + "
+            "insert_failed; rising: the table is full or flooded)",
+            labels=["host"],
+        )
         now = timezone.now()
         for host in FirewallHost.objects.filter(enabled=True).select_related("site"):
             site = host.site.name if host.site_id else ""
@@ -146,6 +154,11 @@ class PortalCollector:
                 ct.add_metric([host.name], float(sample.conntrack_count))
             if sample.conntrack_max:
                 ct_max.add_metric([host.name], float(sample.conntrack_max))
+            stats = sample.conntrack_stats or {}
+            if any(key in stats for key in CONNTRACK_DROP_KEYS):
+                drops.add_metric(
+                    [host.name], float(sum(stats.get(k, 0) for k in CONNTRACK_DROP_KEYS))
+                )
             for cpu, share in enumerate(sample.softirq_per_cpu or []):
                 softirq.add_metric([host.name, str(cpu)], float(share))
             ha = sample.ha or {} if sample.reachable else {}
@@ -159,7 +172,8 @@ class PortalCollector:
             lost = ((ha.get("conntrackd") or {}).get("stats") or {}).get("lost_messages")
             if lost is not None:
                 sync_lost.add_metric([host.name], float(lost))
-        yield from (reachable, behind, drift, ct, ct_max, softirq, age, vrrp, daemon_up, sync_lost)
+        yield from (reachable, behind, drift, ct, ct_max, drops, softirq, age, vrrp, daemon_up)
+        yield sync_lost
 
     def _pushes(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count

@@ -26,3 +26,11 @@ def incident_broadcast_send(broadcast_id: int) -> None:
 def incident_notices_create(incident_id: int) -> None:
     """Tell every member of the incident's buildings (the notifications app, when installed)."""
     task_send(INCIDENT_NOTICES, incident_id)
+
+
+STATUS_PUBLISH = "workers.status.status_publish"
+
+
+def status_publish() -> None:
+    """Publish the status page off-site (apps/tickets/publish.py)."""
+    task_send(STATUS_PUBLISH)

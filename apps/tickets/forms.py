@@ -91,6 +91,16 @@ def _default_start() -> Any:
     return timezone.localtime().replace(second=0, microsecond=0)
 
 
+def _buildings_field() -> forms.ModelMultipleChoiceField:
+    return forms.ModelMultipleChoiceField(
+        label=_("Affected buildings"),
+        queryset=Building.objects.order_by("code"),
+        required=False,
+        widget=forms.SelectMultiple(attrs={"size": 6}),
+        help_text=_("Tickets from members living there are linked automatically."),
+    )
+
+
 class IncidentForm(TicketForm):
     title = forms.CharField(label=_("Title"), max_length=200)
     description = forms.CharField(
@@ -99,13 +109,7 @@ class IncidentForm(TicketForm):
     severity = forms.ChoiceField(
         label=_("Severity"), choices=IncidentSeverity.choices, initial=IncidentSeverity.MAJOR
     )
-    buildings = forms.ModelMultipleChoiceField(
-        label=_("Affected buildings"),
-        queryset=Building.objects.order_by("code"),
-        required=False,
-        widget=forms.SelectMultiple(attrs={"size": 6}),
-        help_text=_("Tickets from members living there are linked automatically."),
-    )
+    buildings = _buildings_field()
     affected = forms.CharField(
         label=_("Affected services"),
         required=False,
@@ -136,6 +140,29 @@ class IncidentForm(TicketForm):
 
     def clean_keywords(self) -> list[str]:
         return split_list(self.cleaned_data["keywords"])
+
+
+class IncidentEditForm(TicketForm):
+    """What a person changes on an incident (opened by a person or by an alert)."""
+
+    title = forms.CharField(label=_("Title"), max_length=200)
+    title_de = forms.CharField(label=_("Title (German)"), max_length=200, required=False)
+    buildings = _buildings_field()
+    public = forms.BooleanField(label=_("Show on the status page"), required=False)
+
+
+class IncidentMergeForm(TicketForm):
+    """Fold this incident into another open one."""
+
+    target = IncidentChoiceField(
+        label=_("Merge into"), queryset=Incident.objects.filter(ended_at__isnull=True)
+    )
+
+    def __init__(self, *args: Any, incident: Incident, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["target"].queryset = Incident.objects.filter(ended_at__isnull=True).exclude(
+            pk=incident.pk
+        )
 
 
 class IncidentUpdateForm(TicketForm):

@@ -57,6 +57,8 @@ class Incident(models.Model):
     """An outage or degradation; collects the tickets it causes and answers them at once."""
 
     title = models.CharField(_("title"), max_length=200)
+    # The German title, when the incident was written in both languages (opened by an alert).
+    title_de = models.CharField(_("title (German)"), max_length=200, blank=True, db_default="")
     description = models.TextField(_("description"), blank=True)
     severity = models.CharField(
         _("severity"), max_length=16, choices=IncidentSeverity, default=IncidentSeverity.MAJOR
@@ -133,6 +135,7 @@ class IncidentUpdate(models.Model):
         _("phase"), max_length=16, choices=IncidentPhase, default=IncidentPhase.INVESTIGATING
     )
     body = models.TextField(_("text"))
+    body_de = models.TextField(_("text (German)"), blank=True, db_default="")
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

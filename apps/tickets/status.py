@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from apps.health.selectors import (
     failed_over_families,
@@ -30,10 +30,30 @@ LOCAL_SECONDS = 1.0
 _local_html: dict[str, tuple[float, str]] = {}
 
 
+class BilingualText(str):
+    """A text stored in English and German (incidents opened by an alert): renders in the
+    reader's language, as the lazy labels do; a plain string where no German was written."""
+
+    de: str
+
+    def __new__(cls, en: str, de: str = "") -> BilingualText:
+        text = super().__new__(cls, en)
+        text.de = de
+        return text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BilingualText, (str.__str__(self), self.de))
+
+    def __str__(self) -> str:
+        if self.de and (translation.get_language() or "").startswith("de"):
+            return self.de
+        return str.__str__(self)
+
+
 def _incident_dict(incident: Any) -> dict[str, Any]:
     return {
         "id": incident.pk,
-        "title": incident.title,
+        "title": BilingualText(incident.title, incident.title_de),
         "severity": incident.severity,
         # Lazy labels: rendered in each reader's language (the HTML is cached per language).
         "severity_label": IncidentSeverity(incident.severity).label,
@@ -45,7 +65,7 @@ def _incident_dict(incident: Any) -> dict[str, Any]:
             {
                 "phase": u.phase,
                 "phase_label": IncidentPhase(u.phase).label,
-                "body": u.body,
+                "body": BilingualText(u.body, u.body_de),
                 "created_at": u.created_at,
             }
             for u in incident.updates.all()
@@ -115,6 +135,9 @@ def status_cache_refresh() -> None:
         status_data()
     except Exception:  # the status page rebuilds on its next request
         return
+    from apps.tickets.publish import status_publish_soon  # the off-site copy follows
+
+    status_publish_soon()
 
 
 def public_face_refresh(**_kwargs: object) -> None:

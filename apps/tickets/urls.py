@@ -44,6 +44,14 @@ urlpatterns = [
         name="incident_solve",
     ),
     path("support/incidents/<int:pk>/end/", views.IncidentEndView.as_view(), name="incident_end"),
+    path(
+        "support/incidents/<int:pk>/edit/", views.IncidentEditView.as_view(), name="incident_edit"
+    ),
+    path(
+        "support/incidents/<int:pk>/merge/",
+        views.IncidentMergeView.as_view(),
+        name="incident_merge",
+    ),
     path("support/quarantine/", views.QuarantineView.as_view(), name="quarantine"),
     path("support/quarantine/retry/", views.QuarantineRetryView.as_view(), name="quarantine_retry"),
     path(

@@ -26,7 +26,9 @@ from apps.tickets import selectors, services
 from apps.tickets.charts import stats_charts
 from apps.tickets.choices import InboundStatus, TicketStatus
 from apps.tickets.forms import (
+    IncidentEditForm,
     IncidentForm,
+    IncidentMergeForm,
     IncidentUpdateForm,
     LinkForm,
     MassReplyForm,
@@ -38,6 +40,7 @@ from apps.tickets.forms import (
 )
 from apps.tickets.middleware import status_response
 from apps.tickets.models import CannedResponse, InboundMail, Incident, Queue, Ticket
+from apps.tickets.signals_timeline import incident_signals, signal_kinds
 from apps.tickets.status import status_data, status_html_get, status_html_set
 
 
@@ -543,6 +546,18 @@ class IncidentPage(SupportRequiredMixin, View):
             "reply_form": forms.get("reply_form") or MassReplyForm(),
             "preview": forms.get("preview"),
             "link_form": forms.get("link_form") or LinkForm(),
+            "edit_form": forms.get("edit_form")
+            or IncidentEditForm(
+                initial={
+                    "title": incident.title,
+                    "title_de": incident.title_de,
+                    "public": incident.public,
+                    "buildings": list(incident.buildings.all()),
+                }
+            ),
+            "merge_form": forms.get("merge_form") or IncidentMergeForm(incident=incident),
+            "signals": incident_signals(incident),
+            "signal_kinds": signal_kinds(),
         }
 
 
@@ -637,6 +652,36 @@ class IncidentEndView(IncidentActionView):
         return redirect("tickets:incident_detail", pk=incident.pk)
 
 
+class IncidentEditView(IncidentActionView):
+    action = "edit"
+
+    def act(
+        self, request: HttpRequest, incident: Incident, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        form = forms["edit_form"] = IncidentEditForm(request.POST)
+        if not form.is_valid():
+            return None
+        services.incident_edit(incident=incident, actor=request.user, **form.cleaned_data)
+        messages.success(request, _("Incident changed."))
+        return redirect("tickets:incident_detail", pk=incident.pk)
+
+
+class IncidentMergeView(IncidentActionView):
+    action = "merge"
+
+    def act(
+        self, request: HttpRequest, incident: Incident, forms: dict[str, Any]
+    ) -> HttpResponse | None:
+        form = forms["merge_form"] = IncidentMergeForm(request.POST, incident=incident)
+        if not form.is_valid():
+            return None
+        target = services.incident_merge(
+            source=incident, target=form.cleaned_data["target"], actor=request.user
+        )
+        messages.success(request, _("Incidents merged."))
+        return redirect("tickets:incident_detail", pk=target.pk)
+
+
 INCIDENT_ACTION_VIEWS = (
     IncidentUpdateView,
     IncidentMassReplyView,
@@ -644,6 +689,8 @@ INCIDENT_ACTION_VIEWS = (
     IncidentUnlinkView,
     IncidentSolveView,
     IncidentEndView,
+    IncidentEditView,
+    IncidentMergeView,
 )
 
 

@@ -37,6 +37,11 @@ if [[ -x deploy/lab/lab.sh ]]; then
     echo "Not root: the firewall lab (network namespaces) is not built; no firewall is reachable."
   fi
 fi
+# Alertmanager (deploy/dev/monitoring.sh) calls the portal's webhook with this shared secret.
+mkdir -p var/monitoring
+[[ -s var/monitoring/alerts-secret ]] || (umask 077 && openssl rand -hex 24 >var/monitoring/alerts-secret)
+PORTAL_ALERTS_WEBHOOK_SECRET=$(cat var/monitoring/alerts-secret)
+export PORTAL_ALERTS_WEBHOOK_SECRET PORT
 echo "Portal: http://$HOST:$PORT/  (logins resident, volunteer, support, admin; password demo)"
 # The lab tests check this file: they refuse to replace a lab that a running portal uses.
 mkdir -p var/run && echo $$ >var/run/make-run.pid

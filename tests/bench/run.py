@@ -691,6 +691,12 @@ def healthz_latency() -> Iterable[Row]:
     yield from _scratch_run("tests.bench.healthz_bench", name="healthz")
 
 
+@benchmark("Alerts: webhook throughput, and alert -> incident on the off-site status page")
+def alerts_chain() -> Iterable[Row]:
+    """tests/bench/alerts_bench.py: gunicorn, a Celery worker, Prometheus and Alertmanager."""
+    yield from _scratch_run("tests.bench.alerts_bench", name="alerts")
+
+
 def _sections(text: str) -> dict[str, list[str]]:
     """The "## title" sections of an existing BENCHMARKS.md, by title."""
     found: dict[str, list[str]] = {}

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from portal_fw import ha
+from portal_fw import ha, pair
 from portal_fw.bundle import load_artefacts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,17 +53,17 @@ def test_status_reads_conntrackds_statistics(monkeypatch, tmp_path):
     monkeypatch.setattr(
         ha, "conntrackd", lambda conf, *a: subprocess.CompletedProcess(a, 0, STATS, "")
     )
-    monkeypatch.setattr(ha, "keepalived_running", lambda: True)
+    monkeypatch.setattr(pair, "keepalived_running", lambda: True)
     (tmp_path / "state-ipv4.json").write_text(json.dumps({"state": "MASTER", "since": "x"}))
-    answer = ha.status(tmp_path / "c.conf", tmp_path)
+    answer = pair.status(tmp_path / "c.conf", tmp_path)
     assert answer["conntrackd"]["stats"] == {
         "internal_active": 850, "external_active": 349, "external_created_failed": 2,
         "sent_packets": 2916, "received_packets": 1296, "send_errors": 0, "receive_errors": 1,
         "lost_messages": 7, "malformed_messages": 0,
     }  # fmt: skip
     assert answer["instances"]["ipv4"]["state"] == "MASTER"
-    monkeypatch.setattr(ha, "keepalived_running", lambda: False)
-    assert ha.status(tmp_path / "c.conf", tmp_path)["instances"]["ipv4"]["state"] == "STOPPED"
+    monkeypatch.setattr(pair, "keepalived_running", lambda: False)
+    assert pair.status(tmp_path / "c.conf", tmp_path)["instances"]["ipv4"]["state"] == "STOPPED"
 
 
 def test_notify_records_the_state_and_refuses_what_keepalived_never_sends(tmp_path):

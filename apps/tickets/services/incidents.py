@@ -57,7 +57,7 @@ def _clean_list(values: Iterable[str]) -> list[str]:
 @transaction.atomic
 def incident_declare(
     *,
-    actor: User,
+    actor: User | None,
     title: str,
     description: str = "",
     severity: str = "major",
@@ -66,6 +66,8 @@ def incident_declare(
     started_at: Any = None,
     public: bool = True,
     buildings: Iterable[Any] = (),
+    title_de: str = "",
+    description_de: str = "",
 ) -> Incident:
     """Declare an incident and link the active tickets since its start that mention it or
     come from members living in an affected building."""
@@ -78,6 +80,7 @@ def incident_declare(
             raise TicketError(str(exc)) from None
     incident = Incident.objects.create(
         title=title.strip()[:200],
+        title_de=title_de.strip()[:200],
         description=description.strip(),
         severity=severity,
         affected=_clean_list(affected),
@@ -87,19 +90,17 @@ def incident_declare(
         created_by=actor,
     )
     if description.strip():
-        IncidentUpdate.objects.create(incident=incident, body=description.strip(), author=actor)
+        IncidentUpdate.objects.create(
+            incident=incident,
+            body=description.strip(),
+            body_de=description_de.strip(),
+            author=actor,
+        )
     buildings = list(buildings)
     if buildings:
         incident.buildings.set(buildings)
     _audit(actor=actor, action="incident.declare", obj=incident)
-    if incident.keywords or buildings:
-        condition = _matching_q(incident.keywords)
-        if buildings:
-            condition |= Q(requester__member__room__building__in=buildings)
-        candidates = Ticket.objects.filter(
-            incident__isnull=True, status__in=ACTIVE_STATUSES, created_at__gte=incident.started_at
-        ).filter(condition)
-        incident_tickets_link(incident=incident, tickets=candidates, actor=actor, auto=True)
+    _tickets_autolink(incident, keywords=incident.keywords, buildings=buildings, actor=actor)
     transaction.on_commit(status_cache_refresh)
     if buildings and incident.public and django_apps.is_installed("apps.notifications"):
         # Thousands of members may live there: their notices are made by a task, never here.
@@ -108,15 +109,117 @@ def incident_declare(
     return incident
 
 
+def _tickets_autolink(
+    incident: Incident, *, keywords: list[str], buildings: list[Any], actor: User | None
+) -> None:
+    """Link the unlinked active tickets since the start that mention a keyword or come from
+    members living in one of `buildings`."""
+    if not keywords and not buildings:
+        return
+    condition = _matching_q(keywords)
+    if buildings:
+        condition |= Q(requester__member__room__building__in=buildings)
+    candidates = Ticket.objects.filter(
+        incident__isnull=True, status__in=ACTIVE_STATUSES, created_at__gte=incident.started_at
+    ).filter(condition)
+    incident_tickets_link(incident=incident, tickets=candidates, actor=actor, auto=True)
+
+
+@transaction.atomic
+def incident_buildings_add(
+    *, incident: Incident, buildings: Iterable[Any], actor: User | None
+) -> list[Any]:
+    """Widen an incident to more buildings (their tickets since the start are linked); returns
+    the buildings that were not affected before."""
+    known = set(incident.buildings.values_list("pk", flat=True))
+    added = [b for b in buildings if b.pk not in known]
+    if added:
+        incident.buildings.add(*added)
+        names = ", ".join(b.name or b.code for b in added)
+        _audit(actor=actor, action="incident.buildings_add", obj=incident, detail=names)
+        _tickets_autolink(incident, keywords=[], buildings=added, actor=actor)
+        transaction.on_commit(status_cache_refresh)
+    return added
+
+
+@transaction.atomic
+def incident_edit(
+    *,
+    incident: Incident,
+    actor: User,
+    title: str,
+    title_de: str = "",
+    public: bool = True,
+    buildings: Iterable[Any] = (),
+) -> Incident:
+    """Change what an incident says and whom it concerns (tickets of added buildings link)."""
+    if not title.strip():
+        raise TicketError(_("An incident needs a title."))
+    incident = Incident.objects.select_for_update().get(pk=incident.pk)
+    buildings = list(buildings)
+    before = {"title": incident.title, "title_de": incident.title_de, "public": incident.public}
+    incident.title, incident.title_de = title.strip()[:200], title_de.strip()[:200]
+    incident.public = public
+    incident.save(update_fields=["title", "title_de", "public"])
+    changed = [k for k, v in before.items() if getattr(incident, k) != v]
+    _audit(actor=actor, action="incident.edit", obj=incident, detail=", ".join(changed))
+    old = set(incident.buildings.values_list("pk", flat=True))
+    incident.buildings.set(buildings)
+    added = [b for b in buildings if b.pk not in old]
+    _tickets_autolink(incident, keywords=[], buildings=added, actor=actor)
+    transaction.on_commit(status_cache_refresh)
+    return incident
+
+
+@transaction.atomic
+def incident_merge(*, source: Incident, target: Incident, actor: User) -> Incident:
+    """Fold `source` into `target`: its buildings and tickets move over, it ends with an update
+    naming the incident it continues in."""
+    if source.pk == target.pk:
+        raise TicketError(_("An incident cannot be merged into itself."))
+    first, second = sorted([source.pk, target.pk])
+    locked = {i.pk: i for i in Incident.objects.select_for_update().filter(pk__in=[first, second])}
+    source, target = locked[source.pk], locked[target.pk]
+    if target.ended_at is not None:
+        raise TicketError(_("Merge into an incident that has not ended."))
+    target.buildings.add(*source.buildings.all())
+    target.affected = _clean_list([*target.affected, *source.affected])
+    target.started_at = min(target.started_at, source.started_at)
+    target.save(update_fields=["affected", "started_at"])
+    moved = Ticket.objects.filter(incident=source).update(incident=target)
+    _audit(
+        actor=actor,
+        action="incident.merge",
+        obj=target,
+        detail=f"{source.number} -> {target.number}, {moved} tickets",
+    )
+    if source.ended_at is None:
+        source.ended_at = timezone.now()
+        source.save(update_fields=["ended_at"])
+        IncidentUpdate.objects.create(
+            incident=source,
+            phase=IncidentPhase.RESOLVED,
+            body=_("Continued in incident %(number)s.") % {"number": target.number},
+            author=actor,
+        )
+    transaction.on_commit(status_cache_refresh)
+    return target
+
+
 @transaction.atomic
 def incident_update_post(
-    *, incident: Incident, actor: User, body: str, phase: str = IncidentPhase.INVESTIGATING
+    *,
+    incident: Incident,
+    actor: User | None,
+    body: str,
+    phase: str = IncidentPhase.INVESTIGATING,
+    body_de: str = "",
 ) -> IncidentUpdate:
-    """A public update on an incident."""
+    """A public update on an incident (with a German text: shown to German readers)."""
     if not body.strip():
         raise TicketError(_("The update is empty."))
     update = IncidentUpdate.objects.create(
-        incident=incident, body=body.strip(), phase=phase, author=actor
+        incident=incident, body=body.strip(), body_de=body_de.strip(), phase=phase, author=actor
     )
     _audit(actor=actor, action="incident.update", obj=incident, detail=phase)
     transaction.on_commit(status_cache_refresh)

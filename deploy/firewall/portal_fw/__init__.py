@@ -19,6 +19,7 @@ the package, along the path of one push:
     health.py     health sampling: conntrack, softirq, interfaces, the pair's daemons
     traffic.py    traffic counters of the accounting sets, carried across replacements
     ha.py         keepalived's notify hook and conntrackd's keeper (entry point portal-ha)
+    pair.py       the pair's state on this host (VRRP roles, daemons, conntrackd statistics)
     kea.py        Kea's control socket (entry point kea-ctl) and the dhcp-leases verb
     ra.py         router advertisements per device (entry point portal-ra)
     probes.py     capability probes of this host's kernel and tools (what a bundle may use)

@@ -10,9 +10,14 @@ program to check and reload them. Verbs:
         RUN_DIR/state-NAME.json for health, then drives conntrackd as conntrack-tools'
         primary-backup.sh does: becoming primary commits the external cache into the kernel
         (the peer's connections, NAT included), flushes the caches, resyncs the internal cache
-        from the kernel and bulk-sends it to the peer; becoming backup asks the peer for a full
-        resync. Kernel timers are shortened (-t, purge zombies) only when the host holds no
-        role at all (each host of our pair is primary for one family). Serialised by a lock.
+        from the kernel and bulk-sends it to the peer, and, while the peer is still primary for
+        the other family, asks it for a full resync (the flush emptied the external cache of
+        the peer's states too, issue 25); once the kernel's events about the commit are quiet
+        it resyncs the internal cache and bulk-sends again (the commit replaced connections the
+        kernel already had, and their late destroy events dropped live ones from the internal
+        cache, issue 25). Becoming backup asks the peer for a full resync.
+        Kernel timers are shortened (-t, purge zombies) only when the host holds no role at all
+        (each host of our pair is primary for one family). Serialised by a lock.
   check-keepalived FILE                 keepalived -t -f FILE
   check-conntrackd FILE                 conntrackd parses FILE (client mode; FT-FW sync needed)
   reload-keepalived FILE RUN_DIR [--unit UNIT]
@@ -96,6 +101,32 @@ def conntrackd(conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return run(["conntrackd", "-C", str(conf), *args])
 
 
+# The kernel re-sends a destroy event it could not deliver one second later (HZ, sooner when
+# another destroy event goes through): "quiet" has to outlast that.
+SETTLE_QUIET, SETTLE_MAX = 1.2, 4.0  # seconds
+
+
+def events_received(conf: Path) -> int | None:
+    match = re.search(r"events received:\s*(\d+)", conntrackd(conf, "-s", "runtime").stdout)
+    return int(match.group(1)) if match else None
+
+
+def events_settle(conf: Path) -> tuple[float, int]:
+    """Wait until conntrackd has received no kernel event for SETTLE_QUIET seconds (at most
+    SETTLE_MAX: a busy host never is quiet). Returns the seconds waited and the events seen."""
+    started = time.monotonic()
+    first = last = events_received(conf)
+    quiet_since = started
+    while time.monotonic() - started < SETTLE_MAX:
+        time.sleep(0.1)
+        now = events_received(conf)
+        if now != last:
+            last, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= SETTLE_QUIET:
+            break
+    return time.monotonic() - started, (last or 0) - (first or 0)
+
+
 def read_states(run_dir: Path) -> dict[str, JSON]:
     states: dict[str, JSON] = {}
     for name in INSTANCES:
@@ -132,11 +163,33 @@ def verb_notify(argv: list[str]) -> int:
         steps: list[tuple[str, ...]] = []
         if state == "MASTER":
             steps = [("-c",), ("-f",), ("-R",), ("-B",)]
+            if any(s != "MASTER" for s in others):
+                # The peer is still primary for the other family: -f emptied the external
+                # cache of its states too, and it sends them again only when asked (the resync
+                # our own backup transition asked for arrived before this flush): ask again.
+                steps.append(("-n",))
+            # -c replaced every connection the kernel already had (EEXIST: destroy, create).
+            # The kernel delivers the destroy events conntrackd's socket had no room for
+            # later (reliable events), after -R read the new entries, and conntrackd drops
+            # those from its internal cache: read the kernel again once the events are quiet
+            # and send the peer everything again (issue 25).
+            steps += [("settle",), ("-R",), ("-B",)]
         elif state == "BACKUP":
             steps = [("-n",)] if holds_a_role else [("-t",), ("-n",)]
         elif state == "FAULT" and not holds_a_role:
             steps = [("-t",)]
         for step in steps:
+            if step == ("settle",):
+                from .pair import STAT_RE
+
+                waited, events = events_settle(conf)
+                held = re.search(STAT_RE["internal_active"], conntrackd(conf, "-s").stdout)
+                log(
+                    run_dir,
+                    f"kernel events quiet after {waited:.2f} s ({events} received); internal "
+                    f"cache holds {held.group(1) if held else '?'} before the resync",
+                )
+                continue
             started = time.monotonic()
             result = conntrackd(conf, *step)
             took = round((time.monotonic() - started) * 1000)
@@ -268,62 +321,9 @@ def verb_reload_conntrackd(argv: list[str]) -> int:
     return 1
 
 
-# ------------------------------------------------------------------------------------- status
-STAT_RE = {
-    "internal_active": r"cache internal:\s*\ncurrent active connections:\s*(\d+)",
-    "external_active": r"cache external:\s*\ncurrent active connections:\s*(\d+)",
-    "external_created_failed": r"cache external:(?:.*\n){2}connections created:\s*\d+\s*failed:\s*(\d+)",
-    "sent_packets": r"(\d+) Pckts sent",
-    "received_packets": r"(\d+) Pckts recv",
-    "send_errors": r"(\d+) Error send",
-    "receive_errors": r"(\d+) Error recv",
-    "lost_messages": r"(\d+) Lost msgs",
-    "malformed_messages": r"(\d+) Malformed msgs",
-}
-
-
-def keepalived_running() -> bool:
-    """A keepalived process in this network namespace (a lab's hosts share one /proc)."""
-    try:
-        mine = os.stat("/proc/self/ns/net").st_ino
-    except OSError:
-        return False
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "comm").read_text().strip() != "keepalived":
-                continue
-            if os.stat(entry / "ns" / "net").st_ino == mine:
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def status(conf: Path, run_dir: Path) -> JSON:
-    stats = conntrackd(conf, "-s")
-    running = stats.returncode == 0
-    alive = keepalived_running()
-    instances = read_states(run_dir)
-    if not alive:  # the files say what it was: without keepalived this host holds no role
-        instances = {name: {**s, "state": "STOPPED"} for name, s in instances.items()}
-    answer: JSON = {
-        "instances": instances,
-        "keepalived": {"running": alive},
-        "conntrackd": {"running": running},
-    }
-    if running:
-        values = {}
-        for key, pattern in STAT_RE.items():
-            match = re.search(pattern, stats.stdout)
-            if match:
-                values[key] = int(match.group(1))
-        answer["conntrackd"]["stats"] = values
-    return answer
-
-
 def verb_status(argv: list[str]) -> int:
+    from .pair import status
+
     conf, run_dir = path_arg(argv[0], "conntrackd config"), path_arg(argv[1], "run dir")
     sys.stdout.write(json.dumps(status(conf, run_dir), sort_keys=True) + "\n")
     return 0

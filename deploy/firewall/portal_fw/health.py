@@ -187,10 +187,10 @@ class HaStatus(threading.Thread):
         self.answer: JSON = {"error": "the pair's status did not answer within 20 s"}
 
     def run(self) -> None:
-        from . import ha
+        from . import pair
 
         try:
-            self.answer = ha.status(self.conf, self.run_dir)
+            self.answer = pair.status(self.conf, self.run_dir)
         except Exception as exc:  # reported in the answer: never fatal to an apply
             self.answer = {"error": f"the pair's status failed: {exc}"[:300]}
 

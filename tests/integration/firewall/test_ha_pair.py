@@ -94,7 +94,7 @@ def test_a_sync_link_needs_its_address_and_must_not_be_a_data_interface():
     assert set(info.value.message_dict) >= {"sync_interface", "sync_address4"}
 
 
-def ha_sample(host, ipv4, ipv6, *, conntrackd=True, lost=0):
+def ha_sample(host, ipv4, ipv6, *, conntrackd=True, lost=0, internal=10, external=12):
     from apps.health.models import HostHealthSample
 
     return HostHealthSample.objects.create(
@@ -105,8 +105,8 @@ def ha_sample(host, ipv4, ipv6, *, conntrackd=True, lost=0):
             "keepalived": {"running": True},
             "conntrackd": {
                 "running": conntrackd,
-                "stats": {"internal_active": 10, "external_active": 12, "lost_messages": lost,
-                          "sent_packets": 5, "received_packets": 6},
+                "stats": {"internal_active": internal, "external_active": external,
+                          "lost_messages": lost, "sent_packets": 5, "received_packets": 6},
             },
         },
     )  # fmt: skip
@@ -141,6 +141,36 @@ def test_sync_errors_rising_and_no_primary_are_warnings():
     ha_sample(fw1, "BACKUP", "BACKUP", lost=9)
     codes = {w.code for s in firewall_host_states() if s.host.pk == fw1.pk for w in s.warnings}
     assert {"sync-errors", "no-primary"} <= codes
+
+
+def test_a_host_lacking_the_states_its_peer_carries_is_a_warning_a_host_without_a_role_not():
+    """The numbers of the lab (tests/e2e/lab/test_ha_resync.py): after a failback pl-nat1 held
+    0 of the 150 IPv6 states pl-nat2 carries (issue 25). While pl-nat1 is down (FAULT) its
+    kernel still holds its 850 old states for conntrackd's PurgeTimeout, and pl-nat2, primary
+    for everything, has flushed its copy: that is no problem to report."""
+    from apps.health.selectors import firewall_host_states
+
+    def diverging():
+        return [
+            str(w.message)
+            for s in firewall_host_states()
+            if s.host.pk == fw1.pk
+            for w in s.warnings
+            if w.code == "sync-diverges"
+        ]
+
+    _site, fw1, fw2 = paired_site()
+    ha_sample(fw1, "MASTER", "BACKUP", internal=1000, external=0)
+    ha_sample(fw2, "BACKUP", "MASTER", internal=1000, external=1000)
+    assert diverging() == ["fw1 holds 0 of its peer's 1000 connection states."]
+
+    ha_sample(fw1, "FAULT", "FAULT", internal=850, external=1000)
+    ha_sample(fw2, "MASTER", "MASTER", internal=1000, external=0)
+    assert diverging() == []
+
+    ha_sample(fw1, "MASTER", "BACKUP", internal=1000, external=1000)
+    ha_sample(fw2, "BACKUP", "MASTER", internal=1000, external=1000)
+    assert diverging() == []
 
 
 def test_resync_is_for_admins_and_says_why_it_failed(client_for):
