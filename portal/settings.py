@@ -559,6 +559,9 @@ PORTAL_THROTTLE_RATES = {
     "login_account": os.environ.get("PORTAL_THROTTLE_LOGIN_ACCOUNT", "30/h"),
     # Abuse lookups per user (page and API together; the manage.py command is not limited).
     "abuse_lookup": os.environ.get("PORTAL_THROTTLE_ABUSE_LOOKUP", "120/h"),
+    # The captive-portal API (RFC 8908), anonymous: per client address. An OS asks it a few
+    # times per network join; a loop of one device is cut off, the others keep their answers.
+    "captive_api": os.environ.get("PORTAL_THROTTLE_CAPTIVE_API", "60/m"),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Network portal API",

@@ -40,6 +40,17 @@ def validate_ipv4_list(text: str) -> None:
     ipv4_list(text)
 
 
+def validate_captive_portal_url(text: str) -> None:
+    """The compiler's own check (CaptivePortalUrl): what the form accepts, Kea accepts."""
+    from workers.ruleset.snapshot import CaptivePortalUrl, SnapshotError
+
+    if text:
+        try:
+            CaptivePortalUrl(text)
+        except SnapshotError as exc:
+            raise ValidationError(str(exc)) from None
+
+
 class DhcpSettings(models.Model):
     """What Kea hands out (one row; every change reaches the hosts with the next push)."""
 
@@ -74,6 +85,18 @@ class DhcpSettings(models.Model):
         blank=True,
         validators=[validate_ipv4_list],
         help_text=_("IPv4 addresses where unregistered devices reach the portal (TCP 80 and 443)."),
+    )
+    captive_portal_url = models.CharField(
+        _("captive-portal API URL"),
+        max_length=255,
+        blank=True,
+        validators=[validate_captive_portal_url],
+        help_text=_(
+            "https://<portal name>/api/captive-portal/ (RFC 8908). Set: leases from the "
+            "registration ranges carry it (DHCP option 114), and a walled device's HTTP to any "
+            "address goes to the first portal address, whose proxy redirects it to the "
+            "“not registered” page. Empty: neither."
+        ),
     )
     lease_retention_days = models.PositiveSmallIntegerField(
         _("keep lease history (days)"),

@@ -1,21 +1,28 @@
-"""The "This device is not registered" page of the walled garden."""
+"""The "This device is not registered" page of the walled garden, and the captive-portal API
+(RFC 8908) that tells the device's OS to show it."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views import View
 
+from apps.accounts.throttle import throttle_hit
+from apps.core.clientip import client_address
 from apps.dhcp.models import DhcpSettings, Lease
 from apps.dhcp.walled import unregistered_address
 from apps.network.errors import NetworkError
 from apps.network.forms import DeviceForm
 from apps.network.models import Device
 from apps.network.services import device_add
+from workers.ruleset.snapshot import CaptivePortalUrl
+
+CAPTIVE_CONTENT_TYPE = "application/captive+json"
 
 
 def lease_mac(address: str) -> str | None:
@@ -87,3 +94,41 @@ class UnregisteredView(View):
                 )
                 return redirect("dhcp:unregistered")
         return render(request, self.template, self.context(request, form), status=400)
+
+
+class CaptivePortalApiView(View):
+    """RFC 8908: ``{"captive": true, "user-portal-url": ...}`` while the asking device holds a
+    lease from a registration range (the firewall walls exactly those addresses), else
+    ``{"captive": false}``. A device registered from the walled garden stays captive until it
+    renews onto its reserved address, which is also when its traffic is let through.
+
+    Anonymous, read-only, no database write; limited per client address
+    (PORTAL_THROTTLE_RATES["captive_api"], then 429 with Retry-After)."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        address = client_address(request)
+        if wait := throttle_hit("captive_api", f"ip:{address}"):
+            response = JsonResponse(
+                {"error": "too many requests"}, status=429, content_type=CAPTIVE_CONTENT_TYPE
+            )
+            response["Retry-After"] = str(wait)
+            return response
+        body: dict[str, object] = {"captive": False}
+        if unregistered_address(request):
+            body = {"captive": True, "user-portal-url": self.user_portal_url(request)}
+        response = JsonResponse(body, content_type=CAPTIVE_CONTENT_TYPE)
+        # RFC 8908 section 5: the answer belongs to this client and changes when it registers.
+        response["Cache-Control"] = "private, no-store"
+        return response
+
+    @staticmethod
+    def user_portal_url(request: HttpRequest) -> str:
+        """The "not registered" page on the configured portal origin (never the Host header a
+        walled device sent); without a configured URL, on the host this request came to."""
+        page = reverse("dhcp:unregistered")
+        configured = (
+            DhcpSettings.objects.filter(id=1).values_list("captive_portal_url", flat=True).first()
+        )
+        if configured:
+            return CaptivePortalUrl(configured).origin + page
+        return request.build_absolute_uri(page)

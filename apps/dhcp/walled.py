@@ -21,6 +21,7 @@ ALLOWED_PREFIXES = (
     "/i18n/",
     "/static/",
     "/healthz",
+    "/api/captive-portal/",  # RFC 8908: the OS asks whether it is captive
     "/metrics",
 )
 _CACHE_SECONDS = 10.0

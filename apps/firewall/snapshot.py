@@ -227,6 +227,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         registration_networks=tuple(registration_by_building.values()),
         portal_addresses=tuple(ipv4_list(dhcp_settings.portal_addresses)),
         dns_servers=tuple(ipv4_list(dhcp_settings.dns_servers)),
+        captive_proxy=captive_proxy_of(dhcp_settings),
         conntrack_quota_out=network_settings.conntrack_quota_devices,
         conntrack_quota_in=network_settings.conntrack_quota_forwards,
         syn_proxy=network_settings.syn_proxy,
@@ -454,6 +455,7 @@ def _dhcp_build(
         settings_row.domain_name,
         settings_row.lease_seconds,
         settings_row.registration_lease_seconds,
+        settings_row.captive_portal_url,
         tuple(pools),
         per_member,
         host.ra_pid_file,
@@ -471,6 +473,11 @@ def _dhcp_build(
         domain=settings_row.domain_name,
         lease_seconds=settings_row.lease_seconds,
         registration_lease_seconds=settings_row.registration_lease_seconds,
+        captive_portal=(
+            rs.CaptivePortalUrl(settings_row.captive_portal_url)
+            if settings_row.captive_portal_url
+            else None
+        ),
         pools=tuple(pools),
         reservations=tuple((mac, ipv4) for rows in per_member for mac, ipv4, _v6 in rows),
         ra_prefixes=tuple(
@@ -505,3 +512,10 @@ def ipv4_list_of(text: str) -> list[str]:
     from apps.dhcp.models import ipv4_list  # up a floor: the DHCP address lists
 
     return ipv4_list(text)
+
+
+def captive_proxy_of(dhcp_settings: Any) -> str | None:
+    """Where a walled device's HTTP is sent: the first portal address, once a captive-portal URL
+    is set (its proxy answers every name with a redirect to the "not registered" page)."""
+    addresses = ipv4_list_of(dhcp_settings.portal_addresses)
+    return addresses[0] if dhcp_settings.captive_portal_url and addresses else None

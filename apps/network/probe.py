@@ -57,10 +57,11 @@ def _rate_key(member_id: int) -> str:
 
 
 def _targets_of_forward(forward: PortForward) -> list[tuple[str, str, int]]:
-    if not forward.enabled:  # the firewalls do not forward it: a test would only say "closed"
-        raise ProbeRefused(_("This forward is disabled; enable it to test it."))
+    # No address first: enabling would not help (a released membership's forward is both).
     if forward.public_address is None:  # the membership no longer holds a public IPv4
         raise ProbeRefused(_("The forward has no public address to test."))
+    if not forward.enabled:  # the firewalls do not forward it: a test would only say "closed"
+        raise ProbeRefused(_("This forward is disabled; enable it to test it."))
     address = str(forward.public_address.address)
     protocols = ("tcp", "udp") if forward.protocol == "both" else (forward.protocol,)
     return [(p, address, forward.public_first) for p in protocols]

@@ -771,7 +771,8 @@ client_dhclient() { # ns mac: one dhclient run; it stays and renews when it got 
 	local ns=$1 mac=$2 dir
 	dir="$LAB_VAR/clients/${2//:/}"
 	mkdir -p "$dir"
-	printf 'timeout 10;\nretry 1;\nrequest subnet-mask, routers, domain-name-servers, domain-name;\n' >"$dir/dhclient.conf"
+	# Option 114 (RFC 8910) as a phone asks for it: its URL lands in dhclient.leases.
+	printf 'timeout 10;\nretry 1;\noption captive-portal code 114 = text;\nrequest subnet-mask, routers, domain-name-servers, domain-name, captive-portal;\n' >"$dir/dhclient.conf"
 	ip netns exec "$ns" dhclient -4 -1 -cf "$dir/dhclient.conf" -pf "$dir/dhclient.pid" \
 		-lf "$dir/dhclient.leases" -sf "$SCRIPT_DIR/dhclient-script" eth0 >"$dir/dhclient.log" 2>&1 || true
 	client_addr "$ns"

@@ -6,7 +6,9 @@ in, so one process serves both sides without putting a lab address on the root n
 
 Like the production nginx, it appends the client's address to X-Forwarded-For (the portal trusts
 it from loopback, PORTAL_TRUSTED_PROXIES) and passes the request on; one request per
-connection (it answers with "Connection: close"). Root only; standard library only.
+connection (it answers with "Connection: close"). A request naming any other host (a walled
+device's HTTP, DNATed here by the firewall) is answered with a redirect to the "not registered"
+page, as production nginx's default_server does. Root only; standard library only.
 """
 
 from __future__ import annotations
@@ -62,7 +64,16 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
             writer.close()
 
 
-async def handle(reader, writer, upstream: tuple[str, int]) -> None:
+def names_portal(lines: list[bytes], portal: str) -> bool:
+    """Whether the request's Host header names the portal (with or without a port)."""
+    for ln in lines[1:]:
+        if ln.lower().startswith(b"host:"):
+            host = ln.split(b":", 1)[1].strip().decode("latin-1")
+            return host == portal or host.startswith(portal + ":")
+    return False
+
+
+async def handle(reader, writer, upstream: tuple[str, int], captive: str | None = None) -> None:
     peer = writer.get_extra_info("peername")[0]
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -70,6 +81,17 @@ async def handle(reader, writer, upstream: tuple[str, int]) -> None:
         writer.close()
         return
     lines = head[:-4].split(b"\r\n")
+    if captive is not None and not names_portal(lines, captive):
+        # Like production nginx's default_server: a walled device's HTTP to any other name or
+        # address, DNATed here by the firewall, is sent to the "not registered" page.
+        location = f"http://{captive}/unregistered/".encode()
+        writer.write(
+            b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\n"
+            b"Content-Length: 0\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"
+        )
+        await writer.drain()
+        writer.close()
+        return
     forwarded = [
         ln.split(b":", 1)[1].strip()
         for ln in lines[1:]
@@ -99,7 +121,7 @@ async def main() -> None:
     up_host, up_port = args.to.rsplit(":", 1)
     sock = listening_socket(args.netns, host, int(port))
     server = await asyncio.start_server(
-        lambda r, w: handle(r, w, (up_host, int(up_port))), sock=sock, limit=MAX_HEAD
+        lambda r, w: handle(r, w, (up_host, int(up_port)), host), sock=sock, limit=MAX_HEAD
     )
     async with server:
         await server.serve_forever()

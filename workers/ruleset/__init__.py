@@ -22,6 +22,7 @@ from workers.ruleset.diff import Incremental, diff, diff_rulesets, diff_stored
 from workers.ruleset.render import Compiled, render
 from workers.ruleset.snapshot import (
     IFNAME_RE,
+    CaptivePortalUrl,
     Device,
     Dhcp,
     Ha,
@@ -52,6 +53,7 @@ __all__ = [
     "TABLE_FAMILY",
     "TABLE_NAME",
     "Bundle",
+    "CaptivePortalUrl",
     "Compiled",
     "Device",
     "Dhcp",

@@ -756,6 +756,14 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
         for o in host.member_interfaces
     ]
     fast_path_offer, fast_path_chain = fast_path_rules(host)
+    # Captive portal: a walled device's plain HTTP to anywhere goes to the portal's proxy, which
+    # answers with a redirect to "This device is not registered" (the page names its MAC).
+    captive_http: tuple[str, ...] = ()
+    if policy.captive_proxy is not None:
+        captive_http = (
+            f"tcp dport 80 iifname {mem} ip saddr @reg4 ip daddr != @walled4"
+            f" dnat ip to {policy.captive_proxy}",
+        )
     if mgmt_on_sides:
         not_device = ("jump foreign4", "jump foreign6")
     else:
@@ -770,6 +778,7 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 # Only IPv4 from the uplink has forwards: anything else leaves after one
                 # comparison each (the interface name is read once, not in every rule).
                 "meta nfproto ipv6 accept",
+                *captive_http,
                 f"iifname != {up} accept",
                 f"meta l4proto tcp {dnat} @fwd_tcp",
                 f"meta l4proto udp {dnat} @fwd_udp",
@@ -964,7 +973,10 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
                 # the resolvers only. The counter is the "dropped from the walled garden" figure.
                 "ip daddr @walled4 tcp dport { 80, 443 } accept",
                 "ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept",
-                'counter drop comment "walled garden: unregistered device"',
+                # Refused, not dropped: browsers and OS connectivity checks fail at once and
+                # show the sign-in instead of waiting for a timeout.
+                'meta l4proto tcp counter reject with tcp reset comment "walled garden: unregistered device"',
+                'counter reject with icmp type admin-prohibited comment "walled garden: unregistered device"',
             ),
         ),
     )

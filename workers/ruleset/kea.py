@@ -25,6 +25,7 @@ LEASE_CMDS_HOOK = "/usr/lib/x86_64-linux-gnu/kea/hooks/libdhcp_lease_cmds.so"
 SUBNET_ID = 1
 REGISTRATION_CLASS = "unregistered"
 RESERVATIONS_MARK = "@@reservations@@"
+CAPTIVE_PORTAL_OPTION = "v4-captive-portal"  # DHCPv4 option 114 in Kea's option table
 
 
 def _per_dhcp(converter: Callable[[Snapshot], str | None]) -> Callable[[Snapshot], str | None]:
@@ -64,6 +65,13 @@ def kea_config(snapshot: Snapshot) -> str | None:
         options.append({"name": "domain-name-servers", "data": ", ".join(map(str, d.dns_servers))})
     if d.domain:
         options.append({"name": "domain-name", "data": d.domain})
+    # RFC 8910: only the walled garden's leases name the captive-portal API (a registered
+    # device asks nothing; its API answer would be "not captive" anyway).
+    captive = (
+        {"option-data": [{"name": CAPTIVE_PORTAL_OPTION, "data": d.captive_portal.text}]}
+        if d.captive_portal
+        else {}
+    )
     lease = d.lease_seconds
     short = d.registration_lease_seconds
     config = {
@@ -105,7 +113,7 @@ def kea_config(snapshot: Snapshot) -> str | None:
                     "subnet": str(d.network),
                     "option-data": options,
                     "pools": [
-                        {"pool": f"{a} - {b}", "client-class": REGISTRATION_CLASS}
+                        {"pool": f"{a} - {b}", "client-class": REGISTRATION_CLASS, **captive}
                         for a, b in d.pools
                     ],
                     "reservations": RESERVATIONS_MARK,

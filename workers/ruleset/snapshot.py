@@ -306,6 +306,48 @@ def _path(value: Any, what: str) -> str:
     return value
 
 
+_URL_PATH_RE = re.compile(r"(/[A-Za-z0-9._~!$&'()*+;=:@%-]*)*")
+CAPTIVE_URL_MAX = 255  # a DHCPv4 option holds at most 255 bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CaptivePortalUrl:
+    """The portal's captive-portal API URL (RFC 8908), as DHCPv4 option 114 carries it (RFC 8910).
+
+    Only ``https://<domain>[:port]/<path>``: RFC 8908 requires TLS with a certificate for the
+    name, so no IP literal; no user info, query or fragment; lower-case host; at most 255 bytes.
+    Nothing else reaches Kea's text."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        what = "captive portal URL"
+        value = self.text
+        if type(value) is not str or not value.isascii() or len(value) > CAPTIVE_URL_MAX:
+            raise SnapshotError(
+                f"{what}: {str(value)[:80]!r} is not an ASCII URL of at most 255 bytes"
+            )
+        scheme, sep, rest = value.partition("://")
+        if scheme != "https" or not sep:
+            raise SnapshotError(f"{what}: {value[:80]!r} does not start with https://")
+        authority, slash, path = rest.partition("/")
+        host, colon, port = authority.partition(":")
+        if not _DOMAIN_RE.fullmatch(host) or "." not in host or host.replace(".", "").isdigit():
+            raise SnapshotError(f"{what}: {host[:80]!r} is not a domain name in lower case")
+        if colon and not (port.isdigit() and 0 < int(port) < 65536 and port[0] != "0"):
+            raise SnapshotError(f"{what}: port {port[:10]!r} is not a port number")
+        if not _URL_PATH_RE.fullmatch(slash + path) or "," in path:
+            raise SnapshotError(
+                f"{what}: the path {path[:80]!r} has characters a URL path cannot have"
+            )
+
+    @property
+    def origin(self) -> str:
+        """``https://host[:port]``: where the portal's own pages live too."""
+        scheme, _sep, rest = self.text.partition("://")
+        return f"{scheme}://{rest.partition('/')[0]}"
+
+
 @dataclass(frozen=True, slots=True)
 class Dhcp:
     """What this host's DHCP server (Kea) hands out on its member interfaces.
@@ -328,9 +370,15 @@ class Dhcp:
     # IPv6: each device's room /64, advertised to that device alone (deploy/firewall/portal-ra).
     ra_prefixes: tuple[tuple[str, IPv6Network], ...] = ()
     ra_pid_file: str = "/run/portal-ra.pid"
+    # RFC 8910: leases from the registration pools carry option 114 with this URL.
+    captive_portal: CaptivePortalUrl | None = None
 
     def __post_init__(self) -> None:
         what = "dhcp"
+        if self.captive_portal is not None and type(self.captive_portal) is not CaptivePortalUrl:
+            raise SnapshotError(
+                f"{what} captive portal: {self.captive_portal!r} is no CaptivePortalUrl"
+            )
         _set(self, "interfaces", _ifnames(self.interfaces, f"{what} interfaces"))
         _set(self, "ra_pid_file", _path(self.ra_pid_file, f"{what} RA pid file"))
         ra: dict[str, IPv6Network] = {}
@@ -592,10 +640,14 @@ class Policy:
     blocked_inbound: tuple[PortRule, ...] = ()
     inbound_icmpv6_echo: bool = True
     # The walled garden: devices without a reservation lease from these ranges and may reach
-    # only the portal (TCP 80/443) and the resolvers (53); everything else is dropped, counted.
+    # only the portal (TCP 80/443) and the resolvers (53); everything else is refused at once
+    # (TCP reset, ICMP admin-prohibited), counted, so a phone shows its sign-in without waiting.
     registration_networks: tuple[IPv4Network, ...] = ()
     portal_addresses: tuple[IPv4Address, ...] = ()
     dns_servers: tuple[IPv4Address, ...] = ()
+    # One of the portal addresses: a walled device's HTTP (TCP 80) to anywhere else is DNATed to
+    # port 80 there, where the portal's proxy answers with a redirect to "not registered".
+    captive_proxy: IPv4Address | None = None
     # Connection-tracking quotas per member (0: none): what its devices may hold, and what its
     # port forwards and IPv6 openings may receive (a flood aimed at one member cannot fill the
     # table). The key is the member's public IPv4 (after SNAT / before DNAT) or device /64.
@@ -621,6 +673,13 @@ class Policy:
         )
         _set(self, "portal_addresses", _ipv4s(self.portal_addresses, "policy portal addresses"))
         _set(self, "dns_servers", _ipv4s(self.dns_servers, "policy DNS servers"))
+        if self.captive_proxy is not None:
+            proxy = _ipv4(self.captive_proxy, "policy captive proxy")
+            if proxy not in self.portal_addresses:
+                raise SnapshotError(
+                    f"policy captive proxy: {proxy} is not one of the portal addresses"
+                )
+            _set(self, "captive_proxy", proxy)
         _set(
             self, "blocked_outbound", _port_rules(self.blocked_outbound, "policy blocked outbound")
         )
@@ -1277,6 +1336,7 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
             "registration_networks": [str(n) for n in p.registration_networks],
             "portal_addresses": [str(a) for a in p.portal_addresses],
             "dns_servers": [str(a) for a in p.dns_servers],
+            **({"captive_proxy": str(p.captive_proxy)} if p.captive_proxy else {}),
             **({"conntrack_quota_out": p.conntrack_quota_out} if p.conntrack_quota_out else {}),
             **({"conntrack_quota_in": p.conntrack_quota_in} if p.conntrack_quota_in else {}),
             **({"syn_proxy": True} if p.syn_proxy else {}),
@@ -1330,6 +1390,7 @@ def _dhcp_out(d: Dhcp | None) -> dict[str, Any] | None:
         "interfaces": list(d.interfaces),
         "ra_prefixes": [[mac, str(net)] for mac, net in d.ra_prefixes],
         "ra_pid_file": d.ra_pid_file,
+        **({"captive_portal": d.captive_portal.text} if d.captive_portal else {}),
     }
 
 
@@ -1376,6 +1437,9 @@ def _dhcp_in(doc: Any) -> Dhcp | None:
         interfaces=tuple(doc.get("interfaces", ())),
         ra_prefixes=tuple(tuple(pair) for pair in doc.get("ra_prefixes", ())),
         ra_pid_file=doc.get("ra_pid_file", "/run/portal-ra.pid"),
+        captive_portal=CaptivePortalUrl(doc["captive_portal"])
+        if doc.get("captive_portal")
+        else None,
     )
 
 
@@ -1401,6 +1465,7 @@ def snapshot_from_json(text: str | bytes) -> Snapshot:
             registration_networks=tuple(p.get("registration_networks", ())),
             portal_addresses=tuple(p.get("portal_addresses", ())),
             dns_servers=tuple(p.get("dns_servers", ())),
+            captive_proxy=p.get("captive_proxy"),
             conntrack_quota_out=p.get("conntrack_quota_out", 0),
             conntrack_quota_in=p.get("conntrack_quota_in", 0),
             syn_proxy=p.get("syn_proxy", False),

@@ -10,6 +10,7 @@ pl-nat1 failing.
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import time
@@ -27,6 +28,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.django_db(transaction=True)]
 
 REGISTRATION = "10.100.250.0/24"
 PORTAL = "203.0.113.80"
+CAPTIVE_URL = "https://portal.dorm.example.org/api/captive-portal/"
 
 SERVER = """
 import socket, sys, select, time
@@ -49,6 +51,21 @@ try:
     print(s.recv(100).decode() or "connected")
 except OSError as exc:
     print("refused:", exc)
+"""
+
+UDP = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1)
+s.connect((sys.argv[1], int(sys.argv[2])))
+s.send(b"x")
+try:
+    s.recv(100)
+    print("answered")
+except TimeoutError:
+    print("timed out")
+except OSError as exc:
+    print("refused:", exc.errno)
 """
 
 
@@ -212,6 +229,7 @@ def test_an_unknown_mac_is_walled_in_then_registered_and_renewed_gets_its_addres
     api.force_authenticate(member.user)
     from apps.network.hooks import network_changed
 
+    DhcpSettings.objects.filter(id=1).update(captive_portal_url=CAPTIVE_URL)
     network_changed(cause="test: registration range", actor=None)  # Kea pools + walled garden
     port = live_server.url.rsplit(":", 1)[1]
     assert lab_sh("portal-proxy", port).returncode == 0
@@ -244,6 +262,27 @@ def test_an_unknown_mac_is_walled_in_then_registered_and_renewed_gets_its_addres
         assert "This device is not registered" in page
         assert mac in page
         assert connect(ns, "203.0.113.10", 8080).startswith("refused")  # nothing else
+        # Captive-portal detection: option 114 in the lease (RFC 8910), the API says captive
+        # (RFC 8908), plain HTTP to any address is redirected, HTTPS is refused at once.
+        leases = (LAB_VAR / "clients" / mac.replace(":", "") / "dhclient.leases").read_text()
+        assert f'option captive-portal "{CAPTIVE_URL}"' in leases, leases[-600:]
+        captive = in_ns(ns, "curl", "-s", "-m", "5", f"http://{PORTAL}/api/captive-portal/").stdout
+        assert json.loads(captive) == {
+            "captive": True,
+            "user-portal-url": "https://portal.dorm.example.org/unregistered/",
+        }
+        head = in_ns(ns, "curl", "-sI", "-m", "5", "http://203.0.113.10/").stdout
+        assert head.startswith("HTTP/1.1 302"), head
+        assert f"Location: http://{PORTAL}/unregistered/" in head, head
+        started = time.monotonic()
+        https = in_ns(ns, "curl", "-s", "-m", "5", "https://203.0.113.10/")
+        took = time.monotonic() - started
+        assert https.returncode == 7, (https.returncode, https.stderr)  # refused, not timed out
+        assert took < 1.0, took
+        # Anything else (here UDP) meets ICMP admin-prohibited at once: "no route to host".
+        assert in_ns(ns, "python3", "-c", UDP, "203.0.113.10", "9").stdout.strip() == (
+            f"refused: {errno.EHOSTUNREACH}"
+        )
         counted = in_ns("pl-nat1", "nft", "list", "chain", "inet", "portal_fw", "walled").stdout
         assert "walled garden: unregistered device" in counted
         assert "packets 0 " not in counted.split("counter", 1)[1][:40], counted  # drops counted
@@ -251,6 +290,8 @@ def test_an_unknown_mac_is_walled_in_then_registered_and_renewed_gets_its_addres
         device = registered(member.room.building, client_api=api, name="laptop", mac=mac)
         assert wait_for_lease(mac, device["ipv4"], "client-renew") == device["ipv4"]
         assert wait_until(lambda: connect(ns, "203.0.113.10", 8080) == "hello from inet", 10, 0.2)
+        captive = in_ns(ns, "curl", "-s", "-m", "5", f"http://{PORTAL}/api/captive-portal/").stdout
+        assert json.loads(captive) == {"captive": False}
     finally:
         inet.kill()
         inet.wait(timeout=5)

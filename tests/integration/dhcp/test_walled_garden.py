@@ -8,29 +8,14 @@ import pytest
 from django.utils import timezone
 
 from apps.audit.models import AuditEntry
-from apps.dhcp.models import Lease, RegistrationRange
+from apps.dhcp.models import Lease
 from apps.dhcp.services import LeaseRow, lease_rows_parse, leases_store
-from apps.dhcp.walled import registration_networks_forget
 from apps.firewall.models import FirewallHost
 from apps.network.models import Device
 from tests.factories import device_add, member_active
+from tests.integration.dhcp.conftest import MAC, WALLED
 
 pytestmark = pytest.mark.django_db
-
-WALLED = "10.100.250.17"
-MAC = "02:aa:bb:cc:dd:17"
-
-
-@pytest.fixture
-def garden():
-    member = member_active()
-    RegistrationRange.objects.create(building=member.room.building, network="10.100.250.0/24")
-    registration_networks_forget()
-    host = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11", serves_dhcp=True)
-    now = timezone.now()
-    leases_store(host=host, rows=[LeaseRow(WALLED, MAC, now, now + dt.timedelta(seconds=120), "")])
-    yield member
-    registration_networks_forget()
 
 
 def via_proxy(client, path, address=WALLED, **kw):

@@ -147,3 +147,93 @@ def test_pool_shares_of_a_pair_are_disjoint_and_cover_the_range():
     assert first == ("10.100.250.1", "10.100.250.127")
     assert second == ("10.100.250.128", "10.100.250.254")
     assert pool_share("10.100.250.0/30", 0, 3) is None  # two usable addresses, three hosts
+
+
+# --- Captive-portal detection (RFC 8910): option 114 on the walled garden's leases ---------
+
+CAPTIVE = "https://portal.dorm.example.org/api/captive-portal/"
+
+
+def captive_kea(**kw) -> dict:
+    d = dhcp(captive_portal=s.CaptivePortalUrl(CAPTIVE), **kw)
+    return json.loads(compile_bundle(with_dhcp(d)).artefacts["kea-dhcp4"])["Dhcp4"]
+
+
+def test_registration_pools_carry_option_114_and_registered_leases_do_not():
+    subnet = captive_kea()["subnet4"][0]
+    assert subnet["pools"] == [
+        {
+            "pool": "10.100.250.1 - 10.100.250.127",
+            "client-class": "unregistered",
+            "option-data": [{"name": "v4-captive-portal", "data": CAPTIVE}],
+        }
+    ]
+    # A reservation's lease takes the subnet's options only: no captive-portal URL there.
+    assert "v4-captive-portal" not in {o["name"] for o in subnet["option-data"]}
+
+
+def test_golden_kea_with_captive_portal():
+    from tests.unit.ruleset.test_ruleset_compile import check_golden
+
+    d = dhcp(captive_portal=s.CaptivePortalUrl(CAPTIVE))
+    check_golden("small_captive.kea.json", compile_bundle(with_dhcp(d)).artefacts["kea-dhcp4"])
+
+
+def test_without_a_captive_url_the_pools_name_none():
+    pool = json.loads(compile_bundle(with_dhcp(dhcp())).artefacts["kea-dhcp4"])["Dhcp4"]
+    assert "option-data" not in pool["subnet4"][0]["pools"][0]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://portal.dorm.example.org/api/captive-portal/", "https://"),
+        ("https://203.0.113.80/api/captive-portal/", "not a domain name"),
+        ("https://Portal.example.org/", "not a domain name"),
+        ("https://user@portal.example.org/", "not a domain name"),
+        ("https://portal.example.org:0/", "not a port number"),
+        ("https://portal.example.org:99999/", "not a port number"),
+        ("https://portal.example.org/a b", "characters a URL path cannot have"),
+        ('https://portal.example.org/x"}, {"name": "routers', "characters a URL path cannot have"),
+        ("https://portal.example.org/?next=/", "characters a URL path cannot have"),
+        ("https://portal.example.org/#top", "characters a URL path cannot have"),
+        ("https://portal.example.org/a,b", "characters a URL path cannot have"),
+        ("https://portal.example.org/ü", "ASCII URL"),
+        ("https://portal.example.org/" + "a" * 240, "at most 255 bytes"),
+        (None, "ASCII URL"),
+    ],
+)
+def test_a_captive_url_that_is_not_a_plain_https_url_is_refused(url, message):
+    with pytest.raises(s.SnapshotError, match=message):
+        s.CaptivePortalUrl(url)
+
+
+def test_dhcp_takes_only_a_typed_captive_url():
+    with pytest.raises(s.SnapshotError, match="no CaptivePortalUrl"):
+        dhcp(captive_portal=CAPTIVE)
+
+
+def test_the_captive_url_survives_the_json_round_trip():
+    snap = with_dhcp(dhcp(captive_portal=s.CaptivePortalUrl(CAPTIVE)))
+    again = s.Snapshot.from_json(snap.to_json())
+    assert again == snap
+    assert again.dhcp.captive_portal.text == CAPTIVE
+
+
+def test_the_origin_is_scheme_host_and_port():
+    assert (
+        s.CaptivePortalUrl("https://p.example.org:8443/x/").origin == "https://p.example.org:8443"
+    )
+
+
+def test_real_kea_accepts_option_114_in_the_registration_pool(tmp_path):
+    d = dhcp(
+        interfaces=("lo",),
+        control_socket=str(tmp_path / "kea.sock"),
+        lease_file=str(tmp_path / "leases.csv"),
+        captive_portal=s.CaptivePortalUrl(CAPTIVE),
+    )
+    path = tmp_path / "kea-dhcp4.conf"
+    path.write_text(compile_bundle(with_dhcp(d)).artefacts["kea-dhcp4"])
+    result = subprocess.run([KEA, "-t", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
