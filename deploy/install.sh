@@ -22,6 +22,11 @@ ENV_FILE=$PORTAL_ETC/portal.env
 PLACEHOLDER_KEY=change-me-to-a-long-random-string-of-at-least-fifty-characters
 
 cd "$PORTAL_HOME"
+# On a firewall host: only the host side (deploy/firewall/README.md), nothing of the portal.
+if [[ ${1:-} == firewall ]]; then
+  shift
+  exec bash deploy/firewall/install.sh "$@"
+fi
 step() { printf '\n== %s (%s)\n' "$*" "$(date +%T)"; }
 system() { [[ $PORTAL_SYSTEM == 1 ]]; }
 if system && [[ $(id -u) -ne 0 ]]; then

@@ -21,6 +21,7 @@ from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion, Sit
 from apps.firewall.pipeline import scheduled_key
 from apps.firewall.snapshot import firewall_snapshot_build, snapshot_data_read
 from apps.firewall.transport import (
+    AgentMismatch,
     FirewallSession,
     FirewallUnreachable,
     HelperReply,
@@ -323,7 +324,10 @@ class _Push:
             session = self.session.__enter__()
         except FirewallUnreachable as exc:
             self.log(PushStep.CONNECT, False, str(exc), started)
-            return self.fail(PushStep.CONNECT, str(exc), unreachable=True)
+            # An agent of another protocol answered: reachable, but it must be updated.
+            return self.fail(
+                PushStep.CONNECT, str(exc), unreachable=not isinstance(exc, AgentMismatch)
+            )
         self.log(PushStep.CONNECT, True, "", started)
         applied = False
         try:

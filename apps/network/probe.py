@@ -105,7 +105,7 @@ def _run(
     )
     results = []
     try:
-        with session_for(host) as session:
+        with session_for(host, agent=False) as session:
             for protocol, address, port in targets:
                 reply = session.call("probe", protocol, address, str(port), timeout=20)
                 if not reply.ok or reply.data.get("result") not in RESULTS:

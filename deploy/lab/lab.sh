@@ -47,7 +47,12 @@ set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
 LAB_VAR="$REPO_ROOT/var/lab"
-FW_HELPER="$REPO_ROOT/deploy/firewall/portal-fw"
+# The host side is installed as on a real host (deploy/firewall/install.sh) into a root-owned
+# directory: keepalived runs no script from a path others may write, and the checkout may live
+# under a world-writable directory (a CI clone in /tmp). `lab.sh up` installs it again.
+FW_LIB=/run/portal-lab/lib # the package and the entry points (deploy/firewall/install.sh --lib)
+FW_SBIN=/run/portal-lab # the entry points, linked as /usr/local/sbin's on a host
+FW_HELPER="$FW_LIB/portal-fw"
 PYTHON=/usr/bin/python3
 
 NAT_HOSTS=(pl-nat1 pl-nat2)
@@ -343,14 +348,14 @@ make_probe_links() { # pl-probe: an Internet host (203.0.113.20) that routes not
 
 # --------------------------------------------------------------------------------------- roles
 # keepalived holds the virtual addresses; lab.sh moves them only through VRRP priorities.
-HA_NOTIFY=/run/portal-lab/portal-ha # root-owned copy: keepalived runs no script from a path others may write
+HA_NOTIFY="$FW_SBIN/portal-ha"
 ha_dir() { echo "$LAB_VAR/$1/ha"; }
 
-install_ha_notify() {
+install_host_side() { # the package and its entry points, as deploy/install.sh firewall does
 	mkdir -p /run/portal-lab
 	chmod 755 /run/portal-lab
-	install -m 755 "$REPO_ROOT/deploy/firewall/portal-ha" "$HA_NOTIFY.tmp"
-	mv "$HA_NOTIFY.tmp" "$HA_NOTIFY"
+	bash "$REPO_ROOT/deploy/firewall/install.sh" --lib "$FW_LIB" --sbin "$FW_SBIN" --state "" \
+		--python "$PYTHON" >/dev/null
 }
 
 write_ha_files() {
@@ -641,11 +646,11 @@ write_kea_files() {
 	cat >"$LAB_VAR/$host/artefacts.json" <<JSON
 {"kea-dhcp4": {"path": "$dir/kea-dhcp4.conf",
                "check": ["kea-dhcp4", "-t", "{file}"],
-               "reload": ["$REPO_ROOT/deploy/firewall/kea-ctl", "reload", "{file}"],
+               "reload": ["$FW_LIB/kea-ctl", "reload", "{file}"],
                "mode": "0600"},
  "portal-ra": {"path": "$dir/portal-ra.json",
-               "check": ["$REPO_ROOT/deploy/firewall/portal-ra", "check", "{file}"],
-               "reload": ["$REPO_ROOT/deploy/firewall/portal-ra", "reload", "{file}"],
+               "check": ["$FW_LIB/portal-ra", "check", "{file}"],
+               "reload": ["$FW_LIB/portal-ra", "reload", "{file}"],
                "mode": "0600"},
  "keepalived": {"path": "$(ha_dir "$host")/keepalived.conf",
                 "check": ["$HA_NOTIFY", "check-keepalived", "{file}"],
@@ -721,7 +726,7 @@ start_ra() { # router advertisements with each device's room /64 (deploy/firewal
 	local host=$1 dir _
 	ra_pid "$host" >/dev/null && return 0
 	dir=$(kea_dir "$host")
-	ip netns exec "$host" setsid "$PYTHON" "$REPO_ROOT/deploy/firewall/portal-ra" run "$dir/portal-ra.json" \
+	ip netns exec "$host" setsid "$PYTHON" "$FW_LIB/portal-ra" run "$dir/portal-ra.json" \
 		>>"$dir/portal-ra.log" 2>&1 </dev/null &
 	for _ in $(seq 50); do
 		ra_pid "$host" >/dev/null && return 0
@@ -972,7 +977,7 @@ cmd_up() {
 	trap on_up_exit EXIT
 	ensure_keys
 	make_topology
-	install_ha_notify
+	install_host_side
 	for host in "${NAT_HOSTS[@]}"; do
 		write_sshd_files "$host"
 		write_kea_files "$host"
@@ -1057,7 +1062,9 @@ teardown() { # everything of the lab, whoever built it
 	done
 	# Processes a vanished checkout left inside the namespaces die with them (above); its
 	# veths and bridge go with them too.
-	rm -f "$LAB_VAR/roles" "$LAB_VAR/lab.json" "$HA_NOTIFY"
+	rm -f "$LAB_VAR/roles" "$LAB_VAR/lab.json"
+	rm -rf "$FW_LIB"
+	rm -f "$FW_SBIN"/{portal-fw,portal-ha,portal-ra,kea-ctl}
 }
 
 cmd_status() {

@@ -382,6 +382,61 @@ def pipeline_latency() -> Iterable[Row]:
     )
 
 
+@benchmark("Host agent: one agent per connection (synthetic snapshots, own namespace, no SSH)")
+def host_agent() -> Iterable[Row]:
+    """tests.bench.agent_bench: cold start, a full bundle, 40 steady changes (one forward moved
+    and back) at demo size (50 members, seed_demo's default) and 20,000 members; where the time
+    of one steady apply goes (cProfile, cumulative)."""
+    import json
+    import re
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.agent_bench", "50", "20000"],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    load = ", ".join(f"{x:.2f}" for x in r["loadavg"])
+    yield ("load average after the run (1, 5, 15 min)", load, "", "")
+    for s in r["sizes"]:
+        tag = f"{s['members']:,} members"
+        yield (
+            f"{tag}: cold start: process start -> hello",
+            f"{s['cold_hello'] * 1000:.0f}",
+            "ms",
+            "",
+        )
+        yield (
+            f"{tag}: cold start: process start -> first answer",
+            f"{s['cold_first_answer'] * 1000:.0f}", "ms", "< 150 ms",
+        )  # fmt: skip
+        yield (
+            f"{tag}: full bundle (nft + tc replace), agent time",
+            f"{s['full_agent']:.2f}",
+            "s",
+            "",
+        )
+        yield (
+            f"{tag}: steady change ({s['elements_changed']} elements; apply-bundle + confirm), "
+            f"agent time p50 (apply p50 {s['apply_p50'] * 1000:.1f} ms, p95 "
+            f"{s['apply_p95'] * 1000:.1f}; confirm p50 {s['confirm_p50'] * 1000:.1f})",
+            f"{s['steady_p50'] * 1000:.1f}", "ms", "",
+        )  # fmt: skip
+        yield (
+            f"{tag}: steady change, agent time p95 ({s['changes']} changes)",
+            f"{s['steady_p95'] * 1000:.1f}", "ms", "< 30 ms",
+        )  # fmt: skip
+        yield (
+            f"{tag}: steady change with the pipes (request written -> answer read), p50 / p95",
+            f"{s['round_p50'] * 1000:.1f} / {s['round_p95'] * 1000:.1f}", "ms", "",
+        )  # fmt: skip
+        for line in s["profile"].splitlines():
+            m = re.match(r"\s*(\S+)\s+\S+\s+\S+\s+(\S+)\s+\S+\s+(.+)$", line)
+            if m and m.group(1)[0].isdigit() and "portal_fw" in m.group(3):
+                where = m.group(3).split("portal_fw/")[-1]
+                yield (f"{tag}: profile of one steady apply: {where} (cumulative)",
+                       f"{float(m.group(2)) * 1000:.1f}", "ms", "")  # fmt: skip
+
+
 @benchmark("Live state on the resident page (real Chromium, runserver)")
 def live_state_polling() -> Iterable[Row]:
     """tests/bench/live_bench.py in a scratch database: requests per open page while pending

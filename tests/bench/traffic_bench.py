@@ -33,7 +33,7 @@ import django
 from tests.bench.ruleset_bench import _host_links, _run, _write, namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
-HELPER = ROOT / "deploy" / "firewall" / "portal_fw.py"
+HELPER = ROOT / "deploy" / "firewall" / "portal-fw"  # the agent's entry point
 
 
 def best(fn, rounds: int = 3):
@@ -78,18 +78,18 @@ def with_counts(text: str) -> str:
 
 
 CARRY = f"""
-import importlib.util, pathlib, sys
-spec = importlib.util.spec_from_file_location("portal_fw", {str(HELPER)!r})
-fw = sys.modules["portal_fw"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fw)
-host = fw.Host(pathlib.Path(sys.argv[1]), "bench", "portal_", "inet portal_meta",
-               "inet portal_fw version")
-print(host.nft_file(pathlib.Path(sys.argv[2]).read_text(), check_only=False).returncode)
+import pathlib, sys
+sys.path.insert(0, {str(ROOT / "deploy" / "firewall")!r})
+from portal_fw import nft
+from portal_fw.host import Host
+host = Host(pathlib.Path(sys.argv[1]), "bench")
+tx = pathlib.Path(sys.argv[2]).read_text()
+print(nft.nft_file(host, tx, check_only=False).returncode)
 """
 
 
 def helper(ns: str, state: str, *args: str) -> str:
-    return _run(sys.executable, "-I", str(HELPER), "--state-dir", state, "--host-name", "bench",
+    return _run(sys.executable, "-I", "-S", str(HELPER), "--state-dir", state, "--host-name", "bench",
                 *args, ns=ns)  # fmt: skip
 
 

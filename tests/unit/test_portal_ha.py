@@ -1,26 +1,18 @@
-"""deploy/firewall/portal-ha (keepalived's notify hook, conntrackd's keeper) and the example
+"""portal_fw.ha (entry point portal-ha: keepalived's notify hook, conntrackd's keeper) and the example
 artefact declaration for a pair, without a lab: parsing and refusals."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+from portal_fw import ha, pair
+from portal_fw.bundle import load_artefacts
+
 REPO = Path(__file__).resolve().parents[2]
 PORTAL_HA = REPO / "deploy" / "firewall" / "portal-ha"
-
-
-def load(name: str, path: Path):
-    loader = importlib.machinery.SourceFileLoader(name, str(path))
-    spec = importlib.util.spec_from_loader(name, loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while it loads
-    loader.exec_module(module)
-    return module
 
 
 def portal_ha(*args: str) -> subprocess.CompletedProcess:
@@ -52,28 +44,26 @@ message tracking:
 
 
 def test_the_example_declaration_loads_in_the_helper():
-    fw = load("portal_fw_for_test", REPO / "deploy" / "firewall" / "portal_fw.py")
-    declared = fw.load_artefacts(REPO / "deploy" / "firewall" / "artefacts.example.json")
+    declared = load_artefacts(REPO / "deploy" / "firewall" / "artefacts.example.json")
     assert {"keepalived", "conntrackd", "kea-dhcp4"} <= set(declared)
     assert declared["conntrackd"].reload[-2:] == ("--unit", "conntrackd")
 
 
 def test_status_reads_conntrackds_statistics(monkeypatch, tmp_path):
-    ha = load("portal_ha_for_test", PORTAL_HA)
     monkeypatch.setattr(
         ha, "conntrackd", lambda conf, *a: subprocess.CompletedProcess(a, 0, STATS, "")
     )
-    monkeypatch.setattr(ha, "keepalived_running", lambda: True)
+    monkeypatch.setattr(pair, "keepalived_running", lambda: True)
     (tmp_path / "state-ipv4.json").write_text(json.dumps({"state": "MASTER", "since": "x"}))
-    answer = ha.status(tmp_path / "c.conf", tmp_path)
+    answer = pair.status(tmp_path / "c.conf", tmp_path)
     assert answer["conntrackd"]["stats"] == {
         "internal_active": 850, "external_active": 349, "external_created_failed": 2,
         "sent_packets": 2916, "received_packets": 1296, "send_errors": 0, "receive_errors": 1,
         "lost_messages": 7, "malformed_messages": 0,
     }  # fmt: skip
     assert answer["instances"]["ipv4"]["state"] == "MASTER"
-    monkeypatch.setattr(ha, "keepalived_running", lambda: False)
-    assert ha.status(tmp_path / "c.conf", tmp_path)["instances"]["ipv4"]["state"] == "STOPPED"
+    monkeypatch.setattr(pair, "keepalived_running", lambda: False)
+    assert pair.status(tmp_path / "c.conf", tmp_path)["instances"]["ipv4"]["state"] == "STOPPED"
 
 
 def test_notify_records_the_state_and_refuses_what_keepalived_never_sends(tmp_path):

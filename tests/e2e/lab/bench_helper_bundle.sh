@@ -20,7 +20,7 @@ for s in range(0, n2, 20000):
     print("add element inet portal_fw dev4 { " + ", ".join(f"{ip(i, '10')} : {ip(i, '11')}" for i in range(s, min(n2, s + 20000))) + " }")
 PY
 ip netns add $NS
-H="ip netns exec $NS /usr/bin/python3 -I deploy/firewall/portal_fw.py --state-dir $W/state"
+H="ip netns exec $NS /usr/bin/python3 -I -S deploy/firewall/portal-fw --state-dir $W/state"
 SHOW='import json,sys; d=json.load(sys.stdin); g=d.get("digest") or {}; print({k: d.get(k) for k in ("check_seconds", "rollback_point", "apply_seconds") if k in d}, "digest", {k: g.get(k) for k in ("source", "mode", "via", "read", "seconds")})'
 echo "table: fwd_tcp $N + dev4 $M elements"
 python3 -c "import json,sys; print(json.dumps({'format': 1, 'version': '1' * 64, 'artefacts': {'nft': {'mode': 'replace', 'text': open(sys.argv[1]).read()}}}))" "$W/big.nft" > "$W/full.json"

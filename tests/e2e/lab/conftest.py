@@ -17,9 +17,9 @@ from lab_support import (
     LAB_VAR,
     MGMT,
     WORKER_ENV,
-    fw,
     lab_sh,
     make_run_pid,
+    push,
     reset_host,
     ruleset,
     run,
@@ -78,9 +78,7 @@ def ssh_connections_closed():
 def nat1(lab):
     """pl-nat1 holding a confirmed baseline rule set "base-1"."""
     reset_host("pl-nat1")
-    applied = fw("pl-nat1", "apply --confirm-within 30", ruleset("base-1"))
-    assert applied.rc == 0, applied.stdout + applied.stderr
-    assert fw("pl-nat1", "confirm").rc == 0
+    push("pl-nat1", ruleset("base-1"), "base-1")
     return "pl-nat1"
 
 

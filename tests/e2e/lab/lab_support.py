@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -77,6 +78,31 @@ def fw(host: str, command: str, input: str | None = None) -> Answer:
     return Answer(result.returncode, data, result.stdout, result.stderr)
 
 
+def label(name: str) -> str:
+    """A bundle version for a test's short name (bundle versions are 64 hex digits)."""
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def bundle_of(nft_text: str, version: str, mode: str = "replace", **files: str) -> str:
+    """apply-bundle's input carrying `nft_text` (and file artefacts) as version `label(version)`."""
+    artefacts = {"nft": {"mode": mode, "text": nft_text}}
+    artefacts.update({name: {"mode": "replace", "text": text} for name, text in files.items()})
+    return json.dumps({"format": 1, "version": label(version), "artefacts": artefacts})
+
+
+def apply(host: str, nft_text: str, version: str, *, confirm_within: int = 30, extra: str = ""):
+    """One apply-bundle of a plain rule set (one-shot over SSH)."""
+    command = f"apply-bundle --confirm-within {confirm_within} {extra}".strip()
+    return fw(host, command, bundle_of(nft_text, version))
+
+
+def push(host: str, nft_text: str, version: str = "pushed") -> None:
+    """apply-bundle + confirm, asserting both worked."""
+    applied = apply(host, nft_text, version)
+    assert applied.rc == 0, applied.stdout + applied.stderr
+    assert fw(host, "confirm").rc == 0
+
+
 def in_ns(ns: str, *argv: str, input: str | None = None, timeout: float = 10):
     return run("ip", "netns", "exec", ns, *argv, input=input, timeout=timeout)
 
@@ -137,8 +163,10 @@ def reset_host(host: str) -> None:
     for dev in ("dorm0", "inet0"):  # shaping left by an earlier push (fails when there is none)
         in_ns(host, "tc", "qdisc", "del", "dev", dev, "root")
     state = LAB_VAR / host / "fw"
-    for name in ("pending.json", "state.json", "rollback.nft", "rollback.json", "staged.nft"):
+    for name in ("pending.json", "state.json", "nft.current", "nft.current.json", "tc.current"):
         (state / name).unlink(missing_ok=True)  # pending gone: an armed timer exits by itself
+    if (state / "rollback.d").is_symlink():
+        (state / "rollback.d").unlink()
 
 
 def make_run_pid(pid_file: Path | None = None) -> int | None:

@@ -10,34 +10,23 @@ Nothing touches the root namespace or the shared lab namespaces (pl-nat1, pl-nat
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from portal_fw.digest import multiset_digest
+
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[3]
-HELPER = REPO / "deploy" / "firewall" / "portal_fw.py"
-
-
-def _load_helper_module():
-    spec = importlib.util.spec_from_file_location("portal_fw_under_test", HELPER)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-portal_fw = _load_helper_module()
+HELPER = REPO / "deploy" / "firewall" / "portal-fw"  # the entry point, run from the repository
 
 
 def sh(*argv: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -68,7 +57,7 @@ class Host:
         return sh("ip", "netns", "exec", self.ns, *argv, input=input, check=check)
 
     def fw(self, *command: str, input: str = "", artefacts: Path | None = None) -> Answer:
-        argv = ["/usr/bin/python3", "-I", str(HELPER), "--state-dir", str(self.state)]
+        argv = ["/usr/bin/python3", "-I", "-S", str(HELPER), "--state-dir", str(self.state)]
         argv += ["--artefacts", str(artefacts or self.artefacts), *command]
         env = {k: v for k, v in os.environ.items() if not k.startswith("SSH_")}
         result = subprocess.run(
@@ -402,23 +391,24 @@ def test_a_malformed_artefact_configuration_stops_the_helper(host: Host, config,
     assert message in answer.data["message"]
 
 
-def test_the_old_verbs_still_work_and_a_bundle_on_a_pending_apply_keeps_its_point(host: Host):
-    old = host.fw("apply", "--confirm-within", "30", input=nft_rules())
-    assert old.rc == 0, old
-    assert (host.state / "rollback.nft").exists()
-    # A bundle on top of the unconfirmed apply: the rollback point stays the state before it.
+def test_a_bundle_on_a_pending_apply_keeps_its_point_and_the_old_verbs_are_gone(host: Host):
+    first = host.bundle(nft=nft("replace", nft_rules()))
+    assert first.rc == 0, first
+    # A bundle on top of the unconfirmed one: the rollback point stays the state before both.
     answer = host.bundle(
         nft=nft("increment", "add element inet portal_fw blocked { 10.9.0.9 }\n"),
         tc=nft("replace", tc_batch(("1:10", "10mbit"))),
     )
     assert answer.rc == 0, answer
     assert answer.data["rollback_point"]["kept"] is True
-    assert not (host.state / "nft.current").exists()  # the old apply does not keep it
     assert host.fw("rollback").rc == 0
     assert "portal_fw" not in host.nft_text()
     assert "htb" not in host.tc_text()
-    tc = host.fw("tc-apply", input=tc_batch(("1:10", "1mbit")))
-    assert tc.rc == 0, tc
+    for verb in ("apply", "check", "tc-apply"):  # the second apply path is gone
+        old = host.fw(verb, "--confirm-within", "30", input=nft_rules())
+        assert (old.rc, old.data["error"]) == (2, "refused"), old
+        assert "not allowed" in old.data["message"]
+    assert "portal_fw" not in host.nft_text()
 
 
 # ---- the content digest ----------------------------------------------------------------
@@ -522,9 +512,9 @@ def test_a_map_built_by_increments_digests_like_the_same_map_loaded_in_full(host
     assert digest() == full
     json_listing = json.loads(host.ns_run("nft", "-j", "list", "table", "inet", "portal_t").stdout)
     elem = next(i["map"] for i in json_listing["nftables"] if "map" in i)["elem"]
-    total, count = portal_fw.multiset_digest(elem)
+    total, count = multiset_digest(elem)
     assert count == 400
-    total_reversed, _ = portal_fw.multiset_digest(reversed(elem))
+    total_reversed, _ = multiset_digest(reversed(elem))
     assert total == total_reversed
 
 

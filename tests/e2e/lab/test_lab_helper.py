@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -9,9 +10,13 @@ import pytest
 from lab_support import (
     HOSTS,
     LAB_VAR,
+    apply,
+    bundle_of,
     fw,
     in_ns,
+    label,
     portal_tables_text,
+    push,
     reset_host,
     ruleset,
     run,
@@ -49,14 +54,17 @@ def test_an_unpinned_host_key_is_refused(lab, tmp_path: Path):
         "check && id",
         "version $(id)",
         "/bin/sh",
-        "apply --confirm-within 5; touch /tmp/pl-lab-pwned",
+        "apply-bundle --confirm-within 5; touch /tmp/pl-lab-pwned",
         "sh -c 'touch /tmp/pl-lab-pwned'",
-        "apply --confirm-within 99999",
-        "apply",
+        "apply-bundle --confirm-within 99999",
+        "apply-bundle",
+        "apply --confirm-within 5",
         "health --sample-ms 100000",
-        "apply --confirm-within 5 --health-sample-ms 100000",
+        "apply-bundle --confirm-within 5 --health-sample-ms 100000",
         "confirm now",
         "nft flush ruleset",
+        "agent",
+        "agent --protocol 1; id",
     ],
 )
 def test_any_other_command_is_refused(lab, command):
@@ -87,53 +95,53 @@ def test_rule_sets_may_only_touch_portal_tables(nat1):
         'table inet portal_x {\n\tinclude "/etc/shadow"\n}\n',
         "delete table inet handle 1\n",
     ):
-        answer = fw(nat1, "apply --confirm-within 5", text)
+        answer = apply(nat1, text, "scope", confirm_within=5)
         assert answer.rc == 2, text
-        assert answer.data["error"] == "refused"
+        assert (answer.data["error"], answer.data["phase"]) == ("refused", "check")
     assert portal_tables_text(nat1) == before
 
 
-def test_check_rejects_a_broken_rule_set_and_changes_nothing(nat1):
+def test_a_broken_rule_set_is_refused_at_the_check_and_nothing_is_armed(nat1):
     before = portal_tables_text(nat1)
     broken = ruleset("broken", allow=("ip daddr 10.100.1.23 acept",))
-    answer = fw(nat1, "check", broken)
+    answer = apply(nat1, broken, "broken", extra="--health-sample-ms 0")
     assert answer.rc == 1
-    assert answer.data["error"] == "failed"
+    assert (answer.data["error"], answer.data["phase"]) == ("failed", "check")
     assert "Error:" in answer.data["detail"]  # nft's own message, with file:line
     assert "acept" in answer.data["detail"]
     assert portal_tables_text(nat1) == before
-    assert fw(nat1, "version").data["version"] == "base-1"
-
-    good = fw(nat1, "check", ruleset("good-2"))
-    assert good.rc == 0
-    assert portal_tables_text(nat1) == before
+    version = fw(nat1, "version").data
+    assert version["version"] == label("base-1")
+    assert version["pending_confirm"] is None
+    assert fw(nat1, "confirm").rc == 3
 
 
 def test_apply_then_confirm_keeps_the_rule_set(nat1):
-    answer = fw(nat1, "apply --confirm-within 2 --version label-2", ruleset("v-2"))
+    answer = apply(nat1, ruleset("v-2"), "v-2", confirm_within=2)
     assert answer.rc == 0, answer.stderr
-    assert answer.data["version"] == "v-2"
-    assert answer.data["loaded"]["source"].startswith("nft:inet portal_meta")
+    assert answer.data["version"] == label("v-2")
     confirmed = fw(nat1, "confirm")
     assert confirmed.rc == 0
     assert confirmed.data["confirmed"] is True
     time.sleep(3)
     version = fw(nat1, "version").data
-    assert version["version"] == "v-2"
+    assert version["version"] == label("v-2")
     assert version["pending_confirm"] is None
     assert version["state"]["confirmed"] is True
+    assert 'portal-version=v-2"' in portal_tables_text(nat1)
 
 
 def test_apply_without_confirm_reverts_by_itself(nat1):
     before = portal_tables_text(nat1)
-    answer = fw(nat1, "apply --confirm-within 2", ruleset("never-confirmed"))
+    answer = apply(nat1, ruleset("never-confirmed"), "never-confirmed", confirm_within=2)
     assert answer.rc == 0
     pending = fw(nat1, "version").data
-    assert pending["version"] == "never-confirmed"
+    assert pending["version"] == label("never-confirmed")
     assert pending["pending_confirm"]["seconds_left"] <= 2
     assert wait_for(lambda: portal_tables_text(nat1) == before, timeout=6)
+    assert wait_for(lambda: fw(nat1, "version").data["pending_confirm"] is None, timeout=3)
     after = fw(nat1, "version").data
-    assert after["version"] == "base-1"
+    assert after["version"] == label("base-1")
     assert after["state"]["last_event"]["event"] == "rolled-back"
     late = fw(nat1, "confirm")  # the portal comes back too late: it is told so
     assert late.rc == 3
@@ -142,12 +150,11 @@ def test_apply_without_confirm_reverts_by_itself(nat1):
 
 def test_rollback_restores_the_previous_rule_set(nat1):
     before = portal_tables_text(nat1)
-    assert fw(nat1, "apply --confirm-within 30", ruleset("v-3")).rc == 0
-    assert fw(nat1, "confirm").rc == 0
+    push(nat1, ruleset("v-3"), "v-3")
     assert portal_tables_text(nat1) != before
     answer = fw(nat1, "rollback")
     assert answer.rc == 0
-    assert answer.data["version"] == "base-1"
+    assert answer.data["version"] == label("base-1")
     assert portal_tables_text(nat1) == before
     again = fw(nat1, "rollback")
     assert again.rc == 3
@@ -156,9 +163,9 @@ def test_rollback_restores_the_previous_rule_set(nat1):
 
 def test_rollback_while_pending_and_apply_on_top_of_a_pending_one(nat1):
     before = portal_tables_text(nat1)
-    assert fw(nat1, "apply --confirm-within 30", ruleset("p-1")).rc == 0
+    assert apply(nat1, ruleset("p-1"), "p-1").rc == 0
     # A second apply before the confirm keeps the last confirmed state as rollback point.
-    assert fw(nat1, "apply --confirm-within 30", ruleset("p-2")).rc == 0
+    assert apply(nat1, ruleset("p-2"), "p-2").rc == 0
     answer = fw(nat1, "rollback")
     assert answer.rc == 0
     assert answer.data["was_pending"] is True
@@ -166,65 +173,18 @@ def test_rollback_while_pending_and_apply_on_top_of_a_pending_one(nat1):
     assert fw(nat1, "confirm").rc == 3
 
 
-def test_apply_checks_first_and_a_refused_rule_set_arms_nothing(nat1):
-    before = portal_tables_text(nat1)
-    broken = ruleset("broken", allow=("ip daddr 10.100.1.23 acept",))
-    answer = fw(nat1, "apply --confirm-within 30 --health-sample-ms 0", broken)
-    assert answer.rc == 1
-    assert answer.data["error"] == "failed"
-    assert answer.data["phase"] == "check"  # nft -c refused it: nothing saved, nothing armed
-    assert "acept" in answer.data["detail"]
-    assert portal_tables_text(nat1) == before
-    version = fw(nat1, "version").data
-    assert version["version"] == "base-1"
-    assert version["pending_confirm"] is None
-    assert fw(nat1, "confirm").rc == 3
-
-
 def test_apply_answers_with_the_health_read_back_after_the_load(nat1):
-    answer = fw(nat1, "apply --confirm-within 30 --health-sample-ms 0", ruleset("h-5"))
+    answer = apply(nat1, ruleset("h-5"), "h-5", extra="--health-sample-ms 0")
     assert answer.rc == 0, answer.stderr
     assert answer.data["check_seconds"] >= 0
     health = answer.data["health"]
-    assert health["version"] == "h-5"
-    assert health["loaded"]["version"] == "h-5"
+    assert health["version"] == label("h-5")
     assert health["conntrack"]["max"] > 0
     assert health["pending_confirm"]["seconds_left"] > 0  # armed before the load
     assert health["softirq"] == {"sample_ms": 0, "per_cpu": [], "max_share": 0.0}
     assert fw(nat1, "confirm").rc == 0
-    assert "health" not in fw(nat1, "apply --confirm-within 30", ruleset("h-6")).data
+    assert "health" not in apply(nat1, ruleset("h-6"), "h-6").data
     assert fw(nat1, "confirm").rc == 0
-
-
-def test_staged_apply_does_not_need_a_second_upload(nat1):
-    text = ruleset("staged-4")
-    checked = fw(nat1, "check", text)
-    assert checked.rc == 0
-    answer = fw(nat1, f"apply --confirm-within 30 --staged {checked.data['sha256']}")
-    assert answer.rc == 0, answer.stderr
-    assert answer.data["version"] == "staged-4"
-    assert fw(nat1, "confirm").rc == 0
-    wrong = fw(nat1, "apply --confirm-within 30 --staged " + "0" * 64)
-    assert wrong.rc == 3
-
-
-def test_version_reports_what_was_applied(nat1):
-    answer = fw(nat1, "apply --confirm-within 30 --version 17", ruleset("sha-abc123"))
-    assert answer.rc == 0
-    assert fw(nat1, "confirm").rc == 0
-    version = fw(nat1, "version").data
-    assert version["version"] == "sha-abc123"  # the marker in the kernel wins
-    assert version["loaded"] == {"version": "sha-abc123", "source": "nft:inet portal_meta comment"}
-    assert version["state"]["version"] == "17"
-    assert version["state"]["sha256"] == answer.data["sha256"]
-    assert version["drift"] is True  # the portal said 17, the kernel says otherwise
-    # No marker at all: the helper's state file is what it knows.
-    unmarked = "table inet portal_filter {\n\tchain forward {\n\t\ttype filter hook forward priority 0;\n\t}\n}\n"
-    assert fw(nat1, "apply --confirm-within 30 --version 18", unmarked).rc == 0
-    version = fw(nat1, "version").data
-    assert version["version"] == "18"
-    assert version["source"] == "state"
-    assert fw(nat1, "rollback").rc == 0
 
 
 def test_health_is_json_with_the_fields(lab):
@@ -246,17 +206,25 @@ def test_health_is_json_with_the_fields(lab):
     assert 0.15 < data["collect_seconds"] < 5
 
 
-def test_tc_batch_is_applied_and_limited_to_qdisc_class_filter(lab):
+def test_tc_lines_are_limited_to_qdisc_class_filter(lab):
     reset_host("pl-nat1")  # no shaping left over from other tests
     batch = (
         "qdisc replace dev dorm0 root handle 1: htb default 10\n"
         "class replace dev dorm0 parent 1: classid 1:10 htb rate 100mbit\n"
     )
-    answer = fw("pl-nat1", "tc-apply", batch)
+
+    def with_tc(text: str, name: str):
+        payload = json.loads(bundle_of("", name, mode="increment"))
+        payload["artefacts"] = {"tc": {"mode": "replace", "text": text}}
+        return fw("pl-nat1", "apply-bundle --confirm-within 30", json.dumps(payload))
+
+    answer = with_tc(batch, "tc-1")
     assert answer.rc == 0, answer.stderr
     assert "htb 1:" in in_ns("pl-nat1", "tc", "qdisc", "show", "dev", "dorm0").stdout
-    refused = fw("pl-nat1", "tc-apply", "filter add dev dorm0 parent 1: bpf obj /tmp/x.o\n")
-    assert refused.rc == 2
-    failed = fw("pl-nat1", "tc-apply", "qdisc add dev nosuchdev root handle 1: htb\n")
-    assert failed.rc == 1
-    assert fw("pl-nat1", "tc-apply", "qdisc del dev dorm0 root\n").rc == 0
+    assert fw("pl-nat1", "confirm").rc == 0
+    refused = with_tc("filter add dev dorm0 parent 1: bpf obj /tmp/x.o\n", "tc-2")
+    assert (refused.rc, refused.data["phase"]) == (2, "check")
+    failed = with_tc("qdisc add dev nosuchdev root handle 1: htb\n", "tc-3")
+    assert (failed.rc, failed.data["phase"]) == (1, "check")
+    assert "nosuchdev" in failed.data["message"]
+    reset_host("pl-nat1")

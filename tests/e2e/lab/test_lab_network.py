@@ -13,7 +13,7 @@ import subprocess
 import time
 
 import pytest
-from lab_support import HOSTS, REPO, fw, in_ns, lab_sh, reset_host, ruleset, run
+from lab_support import HOSTS, REPO, fw, in_ns, lab_sh, push, reset_host, ruleset, run
 
 pytestmark = pytest.mark.lab
 
@@ -220,12 +220,6 @@ def device(lab):
 
 def allow_device() -> tuple[str, ...]:
     return (f"ip daddr {DEVICE4} accept", f"ip6 daddr {DEVICE6} accept", 'iifname "dorm0" accept')
-
-
-def push(host: str, text: str) -> None:
-    applied = fw(host, "apply --confirm-within 30", text)
-    assert applied.rc == 0, applied.stdout + applied.stderr
-    assert fw(host, "confirm").rc == 0
 
 
 def test_ipv4_reaches_a_device_through_pl_nat1_when_the_rule_set_allows_it(device):

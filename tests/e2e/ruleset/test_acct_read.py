@@ -4,27 +4,17 @@ IPv4 and IPv6, also when the elements do not share one layout."""
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
+from portal_fw import netlink, traffic
+from portal_fw.host import Host
 from tests.e2e.ruleset import topology as t
 
 pytestmark = pytest.mark.lab  # netlink and nft inside the pl-c* namespaces: needs root
-
-HELPER = Path(__file__).resolve().parents[3] / "deploy" / "firewall" / "portal_fw.py"
-
-
-def helper_module():
-    spec = importlib.util.spec_from_file_location("portal_fw_acct", HELPER)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["portal_fw_acct"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def in_ns(ns: str):
@@ -68,15 +58,14 @@ def test_netlink_and_json_readers_agree_on_every_key(scratch_ns: str, tmp_path: 
     path = tmp_path / "acct.nft"
     path.write_text(text)
     t.run("ip", "netns", "exec", scratch_ns, "nft", "-f", str(path))
-    fw = helper_module()
-    host = fw.Host(tmp_path / "state", "t", "portal_", "inet portal_meta", "inet portal_fw version")
+    host = Host(tmp_path / "state", "t")
     (tmp_path / "state").mkdir()
     import os
 
     libc, here = in_ns(scratch_ns)
     try:
-        by_netlink = fw.read_acct_netlink(host)
-        by_json = fw.read_acct_json(host)
+        by_netlink = traffic.read_acct_netlink(host)
+        by_json = traffic.read_acct_json(host)
     finally:
         libc.setns(here, 0)
         os.close(here)
@@ -90,7 +79,7 @@ def test_netlink_and_json_readers_agree_on_every_key(scratch_ns: str, tmp_path: 
 
 
 def test_the_walk_reads_elements_of_mixed_layout() -> None:
-    fw = helper_module()
+    fw = netlink
 
     def element(key: bytes, packets: int, octets: int, extra: bytes = b"") -> bytes:
         nla = fw.nla
@@ -103,9 +92,9 @@ def test_the_walk_reads_elements_of_mixed_layout() -> None:
         return nla(fw.NFTA_LIST_ELEM, body + nla(fw.NFTA_SET_ELEM_EXPRESSIONS, counter))
 
     same = element(bytes([10, 0, 0, 1]), 5, 500) + element(bytes([10, 0, 0, 2]), 6, 600)
-    assert fw.acct_elements(same) == {"10.0.0.1": [5, 500], "10.0.0.2": [6, 600]}
+    assert traffic.acct_elements(same) == {"10.0.0.1": [5, 500], "10.0.0.2": [6, 600]}
     # The second element carries a flags attribute: another layout, walked one by one.
     mixed = element(bytes([10, 0, 0, 1]), 5, 500) + element(
-        bytes([10, 0, 0, 3]), 7, 700, extra=fw.nla(3, (0).to_bytes(4, "big"))
+        bytes([10, 0, 0, 3]), 7, 700, extra=netlink.nla(3, (0).to_bytes(4, "big"))
     )
-    assert fw.acct_elements(mixed) == {"10.0.0.1": [5, 500], "10.0.0.3": [7, 700]}
+    assert traffic.acct_elements(mixed) == {"10.0.0.1": [5, 500], "10.0.0.3": [7, 700]}

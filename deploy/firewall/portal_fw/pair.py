@@ -1,0 +1,65 @@
+"""The pair's state on this host: VRRP state per instance (what keepalived's notify hook
+recorded), whether keepalived and conntrackd run, conntrackd's sync statistics. The agent reads
+it in-process (health, apply-bundle); `portal-ha status` prints it."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from . import ha
+from .ha import JSON
+
+STAT_RE = {
+    "internal_active": r"cache internal:\s*\ncurrent active connections:\s*(\d+)",
+    "external_active": r"cache external:\s*\ncurrent active connections:\s*(\d+)",
+    "external_created_failed": r"cache external:(?:.*\n){2}connections created:\s*\d+\s*failed:\s*(\d+)",
+    "sent_packets": r"(\d+) Pckts sent",
+    "received_packets": r"(\d+) Pckts recv",
+    "send_errors": r"(\d+) Error send",
+    "receive_errors": r"(\d+) Error recv",
+    "lost_messages": r"(\d+) Lost msgs",
+    "malformed_messages": r"(\d+) Malformed msgs",
+}
+
+
+def keepalived_running() -> bool:
+    """A keepalived process in this network namespace (a lab's hosts share one /proc)."""
+    try:
+        mine = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "keepalived":
+                continue
+            if os.stat(entry / "ns" / "net").st_ino == mine:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def status(conf: Path, run_dir: Path) -> JSON:
+    stats = ha.conntrackd(conf, "-s")
+    running = stats.returncode == 0
+    alive = keepalived_running()
+    instances = ha.read_states(run_dir)
+    if not alive:  # the files say what it was: without keepalived this host holds no role
+        instances = {name: {**s, "state": "STOPPED"} for name, s in instances.items()}
+    answer: JSON = {
+        "instances": instances,
+        "keepalived": {"running": alive},
+        "conntrackd": {"running": running},
+    }
+    if running:
+        values = {}
+        for key, pattern in STAT_RE.items():
+            match = re.search(pattern, stats.stdout)
+            if match:
+                values[key] = int(match.group(1))
+        answer["conntrackd"]["stats"] = values
+    return answer

@@ -1,0 +1,267 @@
+"""Traffic counters: what the rule set's accounting sets counted per key, carried across the
+portal's own full replacements and rollbacks (a replaced table's counters start at zero).
+
+`traffic` answers totals since the epoch (carried + kernel); a reboot starts a new epoch.
+Read over netlink (about 10x faster than `nft -j` at 100,000 members), `nft -j` as fallback.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from . import nft
+from .common import JSON, now_iso
+from .host import Host
+from .netlink import (
+    NFPROTO,
+    NFT_MSG_GETSETELEM,
+    NFTA_COUNTER_BYTES,
+    NFTA_COUNTER_PACKETS,
+    NFTA_DATA_VALUE,
+    NFTA_EXPR_DATA,
+    NFTA_EXPR_NAME,
+    NFTA_LIST_ELEM,
+    NFTA_SET_ELEM_EXPR,
+    NFTA_SET_ELEM_EXPRESSIONS,
+    NFTA_SET_ELEM_KEY,
+    NFTA_SET_ELEM_LIST_ELEMENTS,
+    NFTA_SET_ELEM_LIST_SET,
+    NFTA_SET_ELEM_LIST_TABLE,
+    NFTA_SET_NAME,
+    NLA_HDR,
+    NLA_TYPE_MASK,
+    DumpInterrupted,
+    NetlinkError,
+    NftNetlink,
+    align4,
+    nla_encode,
+    nla_first,
+    nla_list,
+    nla_str,
+    nla_text,
+)
+from .parts import RawTable, netlink_sets
+
+ACCT_SETS = ("acct4_in", "acct4_out", "acct6n_in", "acct6n_out", "acct6_in", "acct6_out")
+ACCT_PRUNE_AFTER = 3600  # keys gone from the rule set leave the carried totals after this
+
+
+def _counter_values(expressions: bytes) -> tuple[int, int] | None:
+    """(packets, bytes) of the counter among an element's expressions."""
+    for _, expr in nla_list(expressions):
+        attrs = dict(nla_list(expr))
+        if nla_text(attrs.get(NFTA_EXPR_NAME)) == "counter":
+            data = dict(nla_list(attrs.get(NFTA_EXPR_DATA) or b""))
+            octets, packets = data.get(NFTA_COUNTER_BYTES), data.get(NFTA_COUNTER_PACKETS)
+            if octets is not None and packets is not None:
+                return int.from_bytes(packets, "big"), int.from_bytes(octets, "big")
+    return None
+
+
+def _key_text(raw: bytes) -> str:
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+
+
+def _nla_spans(buf: bytes, start: int, end: int) -> dict[int, tuple[int, int]]:
+    """attribute type -> (payload start, payload end) of the attributes in buf[start:end]."""
+    spans: dict[int, tuple[int, int]] = {}
+    offset = start
+    while offset + 4 <= end:
+        length, attr_type = NLA_HDR.unpack_from(buf, offset)
+        if length < 4 or offset + length > end:
+            break
+        spans.setdefault(attr_type & NLA_TYPE_MASK, (offset + 4, offset + length))
+        offset += align4(length)
+    return spans
+
+
+def _first_layout(elements: bytes, end: int) -> tuple[tuple[int, int], int, int] | None:
+    """In the first element: the span of the key bytes and where its counter's bytes and
+    packets values (u64 each) start, or None when it has no plain key and counter."""
+    attrs = _nla_spans(elements, 4, end)
+    if NFTA_SET_ELEM_KEY not in attrs:
+        return None
+    key = _nla_spans(elements, *attrs[NFTA_SET_ELEM_KEY]).get(NFTA_DATA_VALUE)
+    expr: tuple[int, int] | None
+    if NFTA_SET_ELEM_EXPR in attrs:  # one expression: the kernel sends it without the list
+        expr = attrs[NFTA_SET_ELEM_EXPR]
+    elif NFTA_SET_ELEM_EXPRESSIONS in attrs:
+        expr = _nla_spans(elements, *attrs[NFTA_SET_ELEM_EXPRESSIONS]).get(NFTA_LIST_ELEM)
+    else:
+        return None
+    if key is None or key[1] - key[0] not in (4, 16) or expr is None:
+        return None
+    parts = _nla_spans(elements, *expr)
+    if NFTA_EXPR_NAME not in parts or NFTA_EXPR_DATA not in parts:
+        return None
+    if elements[slice(*parts[NFTA_EXPR_NAME])].rstrip(b"\0") != b"counter":
+        return None
+    data = _nla_spans(elements, *parts[NFTA_EXPR_DATA])
+    octets, packets = data.get(NFTA_COUNTER_BYTES), data.get(NFTA_COUNTER_PACKETS)
+    if (
+        octets is None
+        or packets is None
+        or octets[1] - octets[0] != 8
+        or packets[1] - packets[0] != 8
+    ):
+        return None
+    return key, octets[0], packets[0]
+
+
+def acct_elements(elements: bytes) -> dict[str, list[int]]:
+    """{address: [packets, bytes]} of one NFTA_SET_ELEM_LIST_ELEMENTS payload of an accounting
+    set (key and counter of each element).
+
+    Fast path, as in `element_payloads`: when every element has the layout of the first (every
+    byte but the key and the counter values equal at the same offset, checked with strided
+    slices in C), keys and values are sliced out at the first element's offsets; otherwise each
+    element is walked."""
+    size = len(elements)
+    if size < 4:
+        return {}
+    first_len = NLA_HDR.unpack_from(elements, 0)[0]
+    stride = align4(first_len)
+    layout = _first_layout(elements, first_len) if 4 <= first_len <= size else None
+    if layout is not None and size % stride == 0:
+        (k0, k1), b0, p0 = layout
+        count = size // stride
+        volatile = set(range(k0, k1)) | set(range(b0, b0 + 8)) | set(range(p0, p0 + 8))
+        if all(
+            elements[h::stride] == elements[h : h + 1] * count
+            for h in range(stride)
+            if h not in volatile
+        ):
+            family = socket.AF_INET if k1 - k0 == 4 else socket.AF_INET6
+            ntop, from_bytes = socket.inet_ntop, int.from_bytes
+            return {
+                ntop(family, elements[i + k0 : i + k1]): [
+                    from_bytes(elements[i + p0 : i + p0 + 8], "big"),
+                    from_bytes(elements[i + b0 : i + b0 + 8], "big"),
+                ]
+                for i in range(0, size, stride)
+            }
+    out: dict[str, list[int]] = {}
+    for _, element in nla_list(elements):
+        key = nla_first(element, NFTA_SET_ELEM_KEY)
+        raw = nla_first(key, NFTA_DATA_VALUE) if key else None
+        exprs = nla_first(element, NFTA_SET_ELEM_EXPRESSIONS) or b""
+        single = nla_first(element, NFTA_SET_ELEM_EXPR)
+        counted = _counter_values(exprs) or (
+            _counter_values(nla_encode([(NFTA_LIST_ELEM, single)])) if single else None
+        )
+        if raw and len(raw) in (4, 16):
+            out[_key_text(raw)] = list(counted or (0, 0))
+    return out
+
+
+def read_acct_netlink(host: Host) -> dict[str, dict[str, list[int]]]:
+    out: dict[str, dict[str, list[int]]] = {}
+    table = f"{host.prefix}fw"
+    with NftNetlink() as nl:
+        present = {
+            nla_text(dict(attrs).get(NFTA_SET_NAME))
+            for attrs in netlink_sets(nl, RawTable(NFPROTO["inet"], table, []))
+        }
+        for name in ACCT_SETS:
+            if name not in present:
+                continue
+            request = nla_str(NFTA_SET_ELEM_LIST_TABLE, table) + nla_str(
+                NFTA_SET_ELEM_LIST_SET, name
+            )
+            counters: dict[str, list[int]] = {}
+            for _family, payload in nl.request(NFT_MSG_GETSETELEM, NFPROTO["inet"], request):
+                elements = nla_first(payload, NFTA_SET_ELEM_LIST_ELEMENTS)
+                if elements is not None:
+                    counters.update(acct_elements(elements))
+            out[name] = counters
+    return out
+
+
+def read_acct_json(host: Host) -> dict[str, dict[str, list[int]]]:
+    out: dict[str, dict[str, list[int]]] = {}
+    for name in ACCT_SETS:
+        counted = nft.counted_elements(host, name, timeout=120)
+        if counted is not None:
+            out[name] = {key: [packets, octets] for key, (packets, octets) in counted.items()}
+    return out
+
+
+def read_acct_kernel(host: Host) -> dict[str, dict[str, list[int]]]:
+    """{set: {key: [packets, bytes]}} of the accounting sets as the kernel counts them now
+    (every element, zero or not); sets the loaded rule set lacks are left out. Netlink (about
+    10x faster than `nft -j` at 100,000 members), `nft -j` when netlink fails or is switched off
+    (--digest-source nft)."""
+    if host.digest_source != "nft":
+        for _ in range(3):
+            try:
+                return read_acct_netlink(host)
+            except DumpInterrupted:
+                continue
+            except (NetlinkError, OSError):
+                break
+    return read_acct_json(host)
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def read_acct_state(host: Host) -> JSON:
+    """The carried totals: {"epoch", "boot", "folded_at", "base": {set: {key: [p, b]}}}. A new
+    epoch after a reboot (the kernel's counters restarted) or a lost file: the portal then
+    takes the totals as new."""
+    state = host.read_json(host.acct_file)
+    if not state or state.get("boot") != boot_id() or not isinstance(state.get("base"), dict):
+        state = {"epoch": secrets.token_hex(8), "boot": boot_id(), "folded_at": 0, "base": {}}
+        host.write_json(host.acct_file, state, compact=True)
+    return state
+
+
+def carry_counters(host: Host, counted: dict[str, dict[str, list[int]]]) -> None:
+    state = read_acct_state(host)
+    base = state["base"]
+    for name, counters in counted.items():
+        carried = base.setdefault(name, {})
+        for key, (packets, octets) in counters.items():
+            if packets or octets:
+                before = carried.get(key, [0, 0])
+                carried[key] = [before[0] + packets, before[1] + octets]
+    state["folded_at"] = int(time.time())
+    host.write_json(host.acct_file, state, compact=True)
+    host.log({"event": "traffic-carried", "keys": sum(len(c) for c in counted.values())})
+
+
+def traffic(host: Host, args: JSON) -> JSON:
+    """Totals per accounting key since the epoch (carried + kernel), non-zero ones only, as
+    [key, packets, bytes] rows per set."""
+    with host.locked():
+        state = read_acct_state(host)
+        kernel = read_acct_kernel(host)
+        base = state["base"]
+        sets: dict[str, list[Any]] = {}
+        for name in ACCT_SETS:
+            live = kernel.get(name, {})
+            carried = base.get(name, {})
+            rows = []
+            for key in sorted(live.keys() | carried.keys()):
+                p1, b1 = live.get(key, (0, 0))
+                p2, b2 = carried.get(key, (0, 0))
+                if p1 + p2 or b1 + b2:
+                    rows.append([key, p1 + p2, b1 + b2])
+            sets[name] = rows
+        if base and time.time() - state.get("folded_at", 0) > ACCT_PRUNE_AFTER:
+            pruned = False
+            for name, carried in base.items():
+                for key in [k for k in carried if k not in kernel.get(name, {})]:
+                    del carried[key]
+                    pruned = True
+            if pruned:
+                host.write_json(host.acct_file, state, compact=True)
+    return {"epoch": state["epoch"], "at": now_iso(), "sets": sets}

@@ -1,0 +1,177 @@
+"""One agent per SSH connection, in the lab: JSON-line requests over a real sshd and forced
+command; a bad request changes nothing; a protocol mismatch is refused with the message the
+Firewalls page shows; an agent or connection that dies between apply and confirm leaves the
+host to its confirm timer, and both hosts end on their last confirmed version."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+from lab_support import fw, lab_sh, portal_tables_text, ssh_argv, wait_for
+
+from apps.firewall.choices import PushStatus
+from apps.firewall.models import FirewallHost
+from apps.firewall.rollout import _Push, ruleset_rollout
+from apps.firewall.transport import AGENT_PROTOCOL
+from tests.e2e.lab.push_support import version
+
+pytestmark = [pytest.mark.lab, pytest.mark.django_db]
+
+
+def agent_over_ssh(host: str, protocol: int = AGENT_PROTOCOL) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*ssh_argv(host), f"agent --protocol {protocol}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def ask(agent: subprocess.Popen, line: str) -> dict:
+    agent.stdin.write(line + "\n")
+    agent.stdin.flush()
+    return json.loads(agent.stdout.readline())
+
+
+def test_one_agent_answers_many_requests_and_refuses_bad_ones(nat1):
+    before = portal_tables_text(nat1)
+    agent = agent_over_ssh(nat1)
+    try:
+        hello = json.loads(agent.stdout.readline())
+        assert (hello["agent"], hello["ok"], hello["host"]) == (AGENT_PROTOCOL, True, nat1)
+        first = ask(agent, '{"id": 1, "verb": "version"}')
+        assert (first["id"], first["ok"]) == (1, True)
+        for line, message in [
+            ("rm -rf /", "not JSON"),
+            ('{"id": 2, "verb": "sh", "args": {"c": "id"}}', "unknown verb"),
+            ('{"id": 3, "verb": "apply-bundle", "args": {"confirm_within": 99999}}', "1..3600"),
+            (
+                '{"id": 4, "verb": "apply-bundle", "args": {"confirm_within": 5}, '
+                '"input": {"format": 1, "version": "' + "a" * 64 + '", "artefacts": '
+                '{"nft": {"mode": "replace", "text": "flush ruleset"}}}}',
+                "not allowed",
+            ),
+        ]:
+            answer = ask(agent, line)
+            assert (answer["ok"], answer["error"]) == (False, "refused"), answer
+            assert message in answer["message"]
+        last = ask(agent, '{"id": 5, "verb": "version"}')
+        assert (last["ok"], last["version"]) == (True, first["version"])
+    finally:
+        agent.stdin.close()
+        assert agent.wait(timeout=10) == 0
+    assert portal_tables_text(nat1) == before
+    assert fw(nat1, "version").data["pending_confirm"] is None
+
+
+def test_an_agent_of_another_protocol_is_refused_with_what_to_update(lab):
+    agent = agent_over_ssh("pl-nat1", protocol=AGENT_PROTOCOL + 1)
+    out, _err = agent.communicate('{"id": 1, "verb": "confirm"}\n', timeout=20)
+    assert agent.returncode == 5
+    (hello,) = (json.loads(line) for line in out.splitlines())
+    assert hello["message"] == (
+        f"host runs agent {AGENT_PROTOCOL}, portal expects {AGENT_PROTOCOL + 1}: update the host"
+    )
+
+
+def test_a_portal_expecting_another_agent_applies_nothing_and_says_so(hosts, monkeypatch):
+    from apps.firewall import transport
+
+    monkeypatch.setattr(transport, "AGENT_COMMAND", f"agent --protocol {AGENT_PROTOCOL + 1}")
+    monkeypatch.setattr(transport, "AGENT_PROTOCOL", AGENT_PROTOCOL + 1)
+    transport.POOL.close()
+    outcomes = ruleset_rollout(versions=[version(h) for h in hosts])
+    expected = (
+        f"host runs agent {AGENT_PROTOCOL}, portal expects {AGENT_PROTOCOL + 1}: update the host"
+    )
+    # Not "unreachable": the rollout of the site stops at the first host, as for any refusal.
+    assert [(o.host, o.ok, o.step) for o in outcomes] == [("pl-nat1", False, "connect")]
+    host = FirewallHost.objects.get(name="pl-nat1")
+    assert host.push_status == PushStatus.ERROR  # reachable: not "unreachable"
+    assert expected in host.error_reason
+    assert fw("pl-nat1", "version").data["version"] is None  # nothing applied
+    assert fw("pl-nat2", "version").data["version"] is None
+
+
+def _dies_after_apply(monkeypatch, kill) -> None:
+    """After the first host's apply-bundle answered, `kill(push, session)` runs once."""
+    apply = _Push.apply
+    done: list[bool] = []
+
+    def apply_then_kill(self, session, increment, during=None):
+        reply = apply(self, session, increment, during)
+        if not done and reply.ok:
+            done.append(True)
+            kill(self, session)
+        return reply
+
+    monkeypatch.setattr(_Push, "apply", apply_then_kill)
+
+
+def _both_back_on(good, timeout: float) -> bool:
+    def back() -> bool:
+        states = [fw(h, "version").data for h in ("pl-nat1", "pl-nat2")]
+        return all(
+            s["version"] == v.content_hash and s["pending_confirm"] is None
+            for s, v in zip(states, good, strict=True)
+        )
+
+    return wait_for(back, timeout=timeout)
+
+
+def test_an_agent_killed_between_apply_and_confirm_leaves_the_host_to_its_timer(
+    hosts, settings, monkeypatch
+):
+    good = [version(h) for h in hosts]
+    assert all(o.ok for o in ruleset_rollout(versions=good))
+    settings.PORTAL_FIREWALL_CONFIRM_WITHIN = 3
+
+    def kill_agent(push, session):
+        os.kill(session._agent.hello["pid"], signal.SIGKILL)  # the agent on the host
+
+    _dies_after_apply(monkeypatch, kill_agent)
+    newer = [version(h, port=9090) for h in FirewallHost.objects.order_by("rollout_order")]
+    outcomes = ruleset_rollout(versions=newer)
+    assert [(o.host, o.ok) for o in outcomes] == [("pl-nat1", False)]
+    assert "reverts by itself" in outcomes[0].message
+    assert _both_back_on(good, timeout=3 + 5)
+
+
+def test_a_connection_killed_between_apply_and_confirm_leaves_the_host_to_its_timer(
+    hosts, settings, monkeypatch
+):
+    good = [version(h) for h in hosts]
+    assert all(o.ok for o in ruleset_rollout(versions=good))
+    settings.PORTAL_FIREWALL_CONFIRM_WITHIN = 3
+
+    def kill_connection(push, session):
+        assert lab_sh("sshd-stop", "nat1").returncode == 0  # sshd and its sessions die
+
+    _dies_after_apply(monkeypatch, kill_connection)
+    newer = [version(h, port=9090) for h in FirewallHost.objects.order_by("rollout_order")]
+    try:
+        outcomes = ruleset_rollout(versions=newer)
+    finally:
+        assert lab_sh("sshd-start", "nat1").returncode == 0
+    assert [(o.host, o.ok) for o in outcomes] == [("pl-nat1", False)]
+    assert "reverts by itself" in outcomes[0].message
+    assert _both_back_on(good, timeout=3 + 5)
+
+
+def test_pooled_pushes_keep_one_agent_per_connection(hosts):
+    from apps.firewall.transport import POOL
+
+    POOL.close()
+    first = [version(h, port=8081) for h in hosts]
+    assert all(o.ok for o in ruleset_rollout(versions=first))
+    started = POOL.agents_started
+    pids = {key: agent.hello["pid"] for key, agent in POOL.agents.items()}
+    second = [version(h, port=8082) for h in FirewallHost.objects.order_by("rollout_order")]
+    assert all(o.ok for o in ruleset_rollout(versions=second))
+    assert POOL.agents_started == started  # no new agent: the same processes answered
+    assert {key: agent.hello["pid"] for key, agent in POOL.agents.items()} == pids

@@ -1,0 +1,83 @@
+"""An upgrade from the helper before the agent, in the lab, by deploy/firewall/README.md's steps:
+a host runs the old helper (one process per verb; portal_fw.py + launcher in an sbin directory)
+with a bundle it applied and confirmed; the portal refuses to push to it, saying what to update;
+`deploy/install.sh firewall` over the same directory (the forced command unchanged); the next
+push works and keeps the old helper's rollback point and state."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from lab_support import LAB_VAR, REPO, apply, fw, label, ruleset
+
+from apps.firewall.choices import PushStatus
+from apps.firewall.models import FirewallHost
+from apps.firewall.rollout import ruleset_rollout
+from tests.e2e.lab.push_support import version
+
+pytestmark = [pytest.mark.lab, pytest.mark.django_db]
+
+OLD_FILES = ("portal-fw", "portal_fw.py", "portal-ha", "portal-ra", "kea-ctl")
+UPGRADE = Path("/run/portal-lab/upgrade")  # root-owned, like /usr/local on a host
+
+
+def old_helper(sbin: Path) -> None:
+    """The helper as the last release before the agent installed it (from git history)."""
+    gone = subprocess.run(
+        ["git", "rev-list", "-1", "HEAD", "--", "deploy/firewall/portal_fw.py"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert gone, "the old helper must be in the repository's history"
+    sbin.mkdir(parents=True)
+    for name in OLD_FILES:
+        text = subprocess.run(
+            ["git", "show", f"{gone}^:deploy/firewall/{name}"],
+            cwd=REPO, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        (sbin / name).write_text(text)
+        (sbin / name).chmod(0o755 if "." not in name else 0o644)
+
+
+def test_a_host_with_the_old_helper_is_upgraded_by_the_documented_steps(hosts):
+    shutil.rmtree(UPGRADE, ignore_errors=True)
+    sbin = UPGRADE / "sbin"
+    old_helper(sbin)
+    keys = LAB_VAR / "pl-nat1" / "authorized_keys"
+    original = keys.read_text()
+    current = "/run/portal-lab/lib/portal-fw "
+    assert current in original
+    try:
+        keys.write_text(original.replace(current, f"{sbin}/portal-fw "))
+        # The old helper at work, as today's portal drives it (one process per verb).
+        assert "agent" not in fw("pl-nat1", "help").data["verbs"]
+        assert apply("pl-nat1", ruleset("old-1"), "old-1").rc == 0
+        assert fw("pl-nat1", "confirm").rc == 0
+        # The new portal refuses to push to it, and says what to do.
+        outcomes = ruleset_rollout(versions=[version(h) for h in hosts])
+        assert (outcomes[0].host, outcomes[0].ok, outcomes[0].step) == ("pl-nat1", False, "connect")
+        host = FirewallHost.objects.get(name="pl-nat1")
+        assert host.push_status == PushStatus.ERROR
+        assert "update the host" in host.error_reason
+        assert fw("pl-nat1", "version").data["version"] == label("old-1")
+        # The documented steps: install the host side over the same directories.
+        steps = subprocess.run(
+            ["bash", str(REPO / "deploy" / "install.sh"), "firewall", "--lib",
+             str(UPGRADE / "lib"), "--sbin", str(sbin), "--state", ""],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert steps.returncode == 0, steps.stderr
+        assert not (sbin / "portal_fw.py").exists()
+        # The next push works, on top of what the old helper applied.
+        outcomes = ruleset_rollout(versions=[version(h) for h in FirewallHost.objects.all()])
+        assert all(o.ok for o in outcomes), outcomes
+        answer = fw("pl-nat1", "version").data
+        assert answer["version"] == version(hosts[0]).content_hash
+        assert answer["state"]["confirmed"] is True
+        rolled = fw("pl-nat1", "rollback").data  # the point holds what the old helper applied
+        assert rolled["version"] == label("old-1")
+    finally:
+        keys.write_text(original)
+        shutil.rmtree(UPGRADE, ignore_errors=True)
