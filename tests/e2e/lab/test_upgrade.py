@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -24,21 +25,21 @@ OLD_FILES = ("portal-fw", "portal_fw.py", "portal-ha", "portal-ra", "kea-ctl")
 UPGRADE = Path("/run/portal-lab/upgrade")  # root-owned, like /usr/local on a host
 
 
+# The helper as its last release before the agent (deploy/firewall/ at 3991d54: portal-fw,
+# portal_fw.py, portal-ha, portal-ra, kea-ctl), kept as an archive so that the test does not
+# depend on the clone's history (CI may clone shallow).
+OLD_HELPER = Path(__file__).with_name("old_helper_3991d54.tar.gz")
+
+
 def old_helper(sbin: Path) -> None:
-    """The helper as the last release before the agent installed it (from git history)."""
-    gone = subprocess.run(
-        ["git", "rev-list", "-1", "HEAD", "--", "deploy/firewall/portal_fw.py"],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    assert gone, "the old helper must be in the repository's history"
+    """Install the old helper into `sbin` as its README said: the files side by side."""
     sbin.mkdir(parents=True)
-    for name in OLD_FILES:
-        text = subprocess.run(
-            ["git", "show", f"{gone}^:deploy/firewall/{name}"],
-            cwd=REPO, capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
-        (sbin / name).write_text(text)
-        (sbin / name).chmod(0o755 if "." not in name else 0o644)
+    with tarfile.open(OLD_HELPER) as archive:
+        for name in OLD_FILES:
+            member = archive.extractfile(f"./{name}")
+            assert member is not None, name
+            (sbin / name).write_bytes(member.read())
+            (sbin / name).chmod(0o755 if "." not in name else 0o644)
 
 
 def test_a_host_with_the_old_helper_is_upgraded_by_the_documented_steps(hosts):
