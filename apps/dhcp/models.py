@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.core.fields import CidrField, InetAddressField, MacAddressField
 from apps.network.models import Subnet
+from workers.ruleset.snapshot import CaptivePortalUrl, SnapshotError
 
 DOMAIN_VALIDATOR = RegexValidator(
     r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
@@ -42,8 +43,6 @@ def validate_ipv4_list(text: str) -> None:
 
 def validate_captive_portal_url(text: str) -> None:
     """The compiler's own check (CaptivePortalUrl): what the form accepts, Kea accepts."""
-    from workers.ruleset.snapshot import CaptivePortalUrl, SnapshotError
-
     if text:
         try:
             CaptivePortalUrl(text)

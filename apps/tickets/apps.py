@@ -20,3 +20,9 @@ class TicketsConfig(AppConfig):
         from apps.tickets import status  # it reads models too
 
         public_face_changed.connect(status.public_face_refresh, dispatch_uid="tickets.status")
+        # A changed status page is published off-site (apps/tickets/publish.py).
+        from apps.tickets import publish  # it reads models too
+
+        status.status_changed.connect(
+            publish.status_changed_receiver, dispatch_uid="tickets.publish"
+        )

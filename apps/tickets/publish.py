@@ -62,6 +62,11 @@ def status_publish_soon() -> None:
         log.warning("status.publish_not_queued", error=str(exc))
 
 
+def status_changed_receiver(**_kwargs: object) -> None:
+    """apps.tickets.status.status_changed: the public page changed, publish it soon."""
+    status_publish_soon()
+
+
 def status_pages_render(directory: Path) -> list[Path]:
     """Write index.html (English) and de/index.html (German) and the static files they use."""
     data, stale = status_data()

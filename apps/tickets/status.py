@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
+from django.dispatch import Signal
 from django.utils import timezone, translation
 
 from apps.health.selectors import (
@@ -127,6 +128,11 @@ def status_data() -> tuple[dict[str, Any], bool]:
     return data, False
 
 
+# Sent after the cached status data was rebuilt from a change; the off-site publisher listens
+# (connected in TicketsConfig.ready), so this module does not import the one that reads it.
+status_changed = Signal()
+
+
 def status_cache_refresh() -> None:
     """Rebuild the cached data after an incident changed (services call it on commit), so the
     member banner, which reads only the cache, shows the change at once."""
@@ -135,9 +141,7 @@ def status_cache_refresh() -> None:
         status_data()
     except Exception:  # the status page rebuilds on its next request
         return
-    from apps.tickets.publish import status_publish_soon  # the off-site copy follows
-
-    status_publish_soon()
+    status_changed.send(sender=None)  # the off-site copy follows (apps/tickets/publish.py)
 
 
 def public_face_refresh(**_kwargs: object) -> None:
