@@ -163,6 +163,18 @@ SENTENCES: dict[str, tuple[Promise, ...]] = {
     "incident.mass_reply": (gettext_lazy("{actor} replied to every ticket of {object}"),),
     "incident.solve_tickets": (gettext_lazy("{actor} marked the tickets of {object} solved"),),
     "incident.end": (gettext_lazy("{actor} ended the incident {object}"),),
+    "incident.edit": (gettext_lazy("{actor} edited the incident {object}"),),
+    "incident.merge": (gettext_lazy("{actor} merged an incident into {object}"),),
+    "incident.buildings_add": (gettext_lazy("{actor} added buildings to the incident {object}"),),
+    "alert.fire": (gettext_lazy("The monitoring raised the alert {object}"),),
+    "alert.resolve": (gettext_lazy("The monitoring resolved the alert {object}"),),
+    "alert.incident_open": (gettext_lazy("The monitoring opened the incident {object}"),),
+    "alert.incident_join": (
+        gettext_lazy("The monitoring added an alert to the incident {object}"),
+    ),
+    "alert.incident_again": (gettext_lazy("The monitoring saw the problem of {object} again"),),
+    "alert.working_again": (gettext_lazy("The monitoring sees {object} working again"),),
+    "alert.not_outage": (gettext_lazy("{actor} marked the alert {object} as not an outage"),),
     "mail.quarantine": (gettext_lazy("The mail {object} was put into quarantine"),),
     "mail.dismiss": (gettext_lazy("{actor} dismissed the quarantined mail {object}"),),
 }
