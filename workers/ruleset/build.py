@@ -883,6 +883,19 @@ def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:
             "accept",
         ),
         Chain(
+            "early_out",
+            (
+                # The host's own resolver (Unbound on its member-side address) answers: its
+                # replies bypass conntrack too, so a query creates no entry at all.
+                f"udp sport 53 oifname {mem} ip saddr @dns4 notrack",
+                f"tcp sport 53 oifname {mem} ip saddr @dns4 notrack",
+            ),
+            "filter",
+            "output",
+            "raw",
+            "accept",
+        ),
+        Chain(
             "early_tcp",
             (
                 # Before conntrack sees them (raw priority): TCP packets no real stack sends.

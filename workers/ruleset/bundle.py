@@ -26,6 +26,7 @@ from workers.ruleset.ha import conntrackd_config, keepalived_config
 from workers.ruleset.kea import kea_config, ra_config
 from workers.ruleset.render import Compiled, render
 from workers.ruleset.snapshot import Snapshot, SnapshotError
+from workers.ruleset.unbound import UNBOUND_ARTEFACT, unbound_config
 
 NFT = "nft"
 TC = "tc"
@@ -50,6 +51,7 @@ file_artefact("kea-dhcp4")(kea_config)
 file_artefact("portal-ra")(ra_config)
 file_artefact("keepalived")(keepalived_config)
 file_artefact("conntrackd")(conntrackd_config)
+file_artefact(UNBOUND_ARTEFACT)(unbound_config)
 
 
 def artefact_hash(text: str) -> str:

@@ -995,6 +995,20 @@ def _check_forward_overlap(member_id: int, forwards: tuple[PortForward, ...]) ->
 
 _by_id = operator.attrgetter("id")  # a sort key compared in C
 
+# Optional parts of a snapshot whose types live in their own modules (the resolver:
+# workers.ruleset.unbound registers `Resolver` and its JSON reader on import): name -> (type,
+# reader of the stored document). A stored part is written by the object's `to_doc()`.
+PARTS: dict[str, tuple[type, Callable[[Any], Any]]] = {}
+
+
+def _part(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    kind = PARTS.get(name)
+    if kind is None or type(value) is not kind[0]:
+        raise SnapshotError(f"snapshot: {name} is not a {kind[0].__name__ if kind else name}")
+    return value
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -1005,8 +1019,10 @@ class Snapshot:
     members: tuple[Member, ...] = ()
     dhcp: Dhcp | None = None  # None: the host runs no DHCP server
     ha: Ha | None = None  # None: a single host, no failover
+    resolver: Any = None  # workers.ruleset.unbound.Resolver; None: the host runs no resolver
 
     def __post_init__(self) -> None:
+        _part("resolver", self.resolver)
         if self.dhcp is not None and not isinstance(self.dhcp, Dhcp):
             raise SnapshotError("snapshot: dhcp is not a Dhcp")
         if self.ha is not None and not isinstance(self.ha, Ha):
@@ -1341,6 +1357,8 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
             **({"conntrack_quota_in": p.conntrack_quota_in} if p.conntrack_quota_in else {}),
             **({"syn_proxy": True} if p.syn_proxy else {}),
         },
+        # after "policy" in key order; absent without a resolver (older snapshots stay equal)
+        **({"resolver": snapshot.resolver.to_doc()} if snapshot.resolver is not None else {}),
     }
     dump = functools.partial(json.dumps, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
     cache, fresh, rows = _MEMBER_JSON, {}, []
@@ -1485,8 +1503,11 @@ def snapshot_from_json(text: str | bytes) -> Snapshot:
         members = tuple(_member_in(row) for row in doc["members"])
         dhcp = _dhcp_in(doc.get("dhcp"))
         ha = _ha_in(doc.get("ha"))
+        resolver = PARTS["resolver"][1](doc["resolver"]) if doc.get("resolver") else None
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, SnapshotError):
             raise
         raise SnapshotError(f"snapshot json: {type(exc).__name__}: {exc}") from None
-    return Snapshot(policy=policy, host=host, members=members, dhcp=dhcp, ha=ha)
+    return Snapshot(
+        policy=policy, host=host, members=members, dhcp=dhcp, ha=ha, resolver=resolver
+    )
