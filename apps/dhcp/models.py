@@ -73,7 +73,11 @@ class DhcpSettings(models.Model):
         max_length=200,
         blank=True,
         validators=[validate_ipv4_list],
-        help_text=_("IPv4 addresses, comma separated; unregistered devices may reach them too."),
+        help_text=_(
+            "IPv4 addresses, comma separated, for sites whose hosts run no resolver (a site "
+            "with resolver addresses hands out those instead); unregistered devices may reach "
+            "them too."
+        ),
     )
     domain_name = models.CharField(
         _("domain name"), max_length=253, blank=True, validators=[DOMAIN_VALIDATOR]
@@ -95,6 +99,25 @@ class DhcpSettings(models.Model):
             "registration ranges carry it (DHCP option 114), and a walled device's HTTP to any "
             "address goes to the first portal address, whose proxy redirects it to the "
             "“not registered” page. Empty: neither."
+        ),
+    )
+    resolver_ratelimit = models.PositiveIntegerField(
+        _("resolver: queries per second per device"),
+        default=100,
+        validators=[MaxValueValidator(1_000_000)],
+        help_text=_(
+            "Unbound's per-client limit on the sites' resolvers: a device sending more has the "
+            "excess dropped (one in ten still answered); 0 turns the limit off."
+        ),
+    )
+    resolver_forwarders = models.CharField(
+        _("resolver: forward to"),
+        max_length=200,
+        blank=True,
+        validators=[validate_ipv4_list],
+        help_text=_(
+            "IPv4 addresses, comma separated: the sites' resolvers send every query there. "
+            "Empty: they resolve from the root servers themselves and validate DNSSEC."
         ),
     )
     lease_retention_days = models.PositiveSmallIntegerField(

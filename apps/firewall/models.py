@@ -339,6 +339,39 @@ class FirewallHost(models.Model):
         default="/etc/conntrackd/conntrackd.conf",
         validators=[HOST_PATH_VALIDATOR],
     )
+    # The members' resolver (Unbound; docs/dns.md): listens on the host's own member-side
+    # address; the site's leases name every resolver of the site.
+    resolver_address = models.GenericIPAddressField(
+        _("resolver address"),
+        protocol="IPv4",
+        null=True,
+        blank=True,
+        help_text=_(
+            "This host's own address on the member side, where its resolver (Unbound) answers "
+            "the members; the site's leases name every resolver of the site. Empty: no resolver "
+            "on this host (the helper on the host must declare the unbound artefact)."
+        ),
+    )
+    unbound_control_socket = models.CharField(
+        _("Unbound control socket"),
+        max_length=100,
+        default="/run/unbound.ctl",
+        validators=[HOST_PATH_VALIDATOR],
+    )
+    unbound_pid_file = models.CharField(
+        _("Unbound pid file"),
+        max_length=100,
+        default="/run/unbound.pid",
+        validators=[HOST_PATH_VALIDATOR],
+    )
+    unbound_user = models.CharField(
+        _("Unbound user"),
+        max_length=32,
+        default="unbound",
+        blank=True,
+        validators=[RegexValidator(r"^[a-z_][a-z0-9_-]{0,31}$", _("A system user name."))],
+        help_text=_("The user Unbound drops to after it bound its port; empty: it stays root."),
+    )
     # The digest the host read back right after it applied its confirmed bundle, and the parts
     # of its newest read-back that differ from it (drift by content; empty: it matched).
     confirmed_digest = models.JSONField(_("confirmed digest"), default=dict, blank=True)

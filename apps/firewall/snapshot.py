@@ -19,6 +19,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from apps.firewall.models import FirewallHost, parse_virtual_addresses
+from apps.firewall.resolver import all_resolver_addresses, lease_dns_servers, resolver_build
 from apps.members.choices import NETWORKED_STATUSES
 from apps.members.models import Member
 from apps.network.models import (
@@ -220,13 +221,15 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         registration_by_building = dict(
             RegistrationRange.objects.filter(enabled=True).values_list("building_id", "network")
         )
+        # The sites' own resolvers and the external ones: DNS to either is untracked.
+        dns_servers = (*ipv4_list(dhcp_settings.dns_servers), *all_resolver_addresses())
     policy = rs.Policy(
         management_networks=tuple(dict.fromkeys(management)),
         blocked_outbound=tuple(blocked["outbound"]),
         blocked_inbound=tuple(blocked["inbound"]),
         registration_networks=tuple(registration_by_building.values()),
         portal_addresses=tuple(ipv4_list(dhcp_settings.portal_addresses)),
-        dns_servers=tuple(ipv4_list(dhcp_settings.dns_servers)),
+        dns_servers=tuple(dict.fromkeys(dns_servers)),
         captive_proxy=captive_proxy_of(dhcp_settings),
         conntrack_quota_out=network_settings.conntrack_quota_devices,
         conntrack_quota_in=network_settings.conntrack_quota_forwards,
@@ -355,6 +358,18 @@ def firewall_snapshot_build(*, host: FirewallHost, data: SnapshotData | None = N
         members=members,
         dhcp=_dhcp_build(host, data, members, buildings) if host.serves_dhcp else None,
         ha=_ha_build(host),
+        resolver=resolver_build(
+            host, data.dhcp_settings, private, _registration_ranges(data, buildings)
+        ),
+    )
+
+
+def _registration_ranges(data: SnapshotData, buildings: set[int]) -> tuple[str, ...]:
+    """The enabled registration ranges of the site's buildings (every one: no buildings)."""
+    return tuple(
+        net
+        for b, net in sorted(data.registration_by_building.items())
+        if not buildings or b in buildings
     )
 
 
@@ -437,21 +452,18 @@ def _dhcp_build(
         .values_list("pk", flat=True)
     )
     index, count = (peers.index(host.pk), len(peers)) if host.pk in peers else (0, 1)
-    ranges = [
-        net
-        for b, net in sorted(data.registration_by_building.items())
-        if not buildings or b in buildings
-    ]
+    ranges = _registration_ranges(data, buildings)
     pools = [share for net in ranges if (share := pool_share(net, index, count)) is not None]
     reservations_of = data.reservations_of
     settings_row = data.dhcp_settings
     # Each member's reservations are one cached tuple while the member is unchanged: comparing
     # these with the last build's is mostly identity checks.
     per_member = tuple(reservations_of.get(m.id, ()) for m in members)
+    dns_servers = lease_dns_servers(host, settings_row)
     inputs = (
         site.member_network4,
         site.gateway4,
-        settings_row.dns_servers,
+        dns_servers,
         settings_row.domain_name,
         settings_row.lease_seconds,
         settings_row.registration_lease_seconds,
@@ -469,7 +481,7 @@ def _dhcp_build(
     dhcp = rs.Dhcp(
         network=site.member_network4,
         router=site.gateway4,
-        dns_servers=tuple(ipv4_list_of(settings_row.dns_servers)),
+        dns_servers=dns_servers,
         domain=settings_row.domain_name,
         lease_seconds=settings_row.lease_seconds,
         registration_lease_seconds=settings_row.registration_lease_seconds,

@@ -31,6 +31,11 @@ class HostHealthSample(models.Model):
     # and who hit a conntrack quota in the last hour ([{"address", "packets"}], most first).
     conntrack_stats = models.JSONField(_("conntrack statistics"), default=dict, blank=True)
     quota_hits = models.JSONField(_("conntrack quota hits"), default=list, blank=True)
+    # The members' resolver on this host (portal-fw health "resolver", from Unbound's
+    # stats_noreset): {"ok", "queries", "cache_hits", "cache_misses", "servfail",
+    # "ratelimited", "recursion_avg_seconds", "requests_waiting", "up_seconds"} (totals since
+    # Unbound's start or reload) or {"ok": false, "error"}. Empty: the host runs no resolver.
+    resolver = models.JSONField(_("resolver"), default=dict, blank=True)
     error = models.TextField(blank=True)
 
     class Meta:

@@ -19,6 +19,7 @@ from apps.firewall.pipeline import LockBusy, changes_waiting, firewall_change_re
 from apps.firewall.rollout import host_drift_repair
 from apps.firewall.transport import FirewallUnreachable, session_for
 from apps.health.models import HostHealthSample
+from apps.health.resolver import resolver_figures, resolver_warnings
 from apps.health.signals import public_face_changed
 
 log = structlog.get_logger(__name__)
@@ -73,6 +74,7 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
         ha=data.get("ha") or {},
         conntrack_stats=conntrack.get("stats") or {},
         quota_hits=(conntrack.get("quota_hits") or [])[:50],
+        resolver=resolver_figures(data.get("resolver")),
     )
     # A push may have confirmed while the answer was on its way: compare with what is stored.
     host.refresh_from_db(fields=["push_status", "applied_at", "confirmed_digest", "drift"])
@@ -158,6 +160,7 @@ def host_warnings(*, host: FirewallHost, sample: HostHealthSample | None) -> lis
         found.append(HealthWarning("softirq", message))
     found += conntrack_warnings(host=host, sample=sample)
     found += ha_warnings(host=host, sample=sample)
+    found += [HealthWarning(code, text) for code, text in resolver_warnings(sample)]
     if host.drift:
         found.append(
             HealthWarning(

@@ -2,7 +2,7 @@
 # The firewall host side, installed (or upgraded) on one firewall host: deploy/install.sh firewall.
 #
 #   the package      $LIB/portal_fw/*.py (root:root 0644) + its bytecode (compileall)
-#   entry points     $LIB/{portal-fw,portal-ha,portal-ra,kea-ctl} (0755), linked from $SBIN
+#   entry points     $LIB/{portal-fw,portal-ha,portal-ra,kea-ctl,unbound-ctl} (0755), linked from $SBIN
 #   state            $STATE (0700): the agent's state directory (kept on upgrades)
 #
 # Options: --lib DIR (/usr/local/lib/portal-fw), --sbin DIR (/usr/local/sbin),
@@ -26,7 +26,7 @@ while [[ $# -gt 0 ]]; do
 	esac
 	shift 2
 done
-ENTRY_POINTS=(portal-fw portal-ha portal-ra kea-ctl)
+ENTRY_POINTS=(portal-fw portal-ha portal-ra kea-ctl unbound-ctl)
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
 	{ echo "portal-fw needs Python 3.11 or newer ($PYTHON)" >&2; exit 1; }
 

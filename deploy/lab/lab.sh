@@ -42,7 +42,19 @@
 #        lab.sh portal-proxy PORT  (the portal as the Internet side sees it: 203.0.113.80:80 in
 #                               pl-inet -> 127.0.0.1:PORT, with X-Forwarded-For)
 #        lab.sh kea-restart nat1|nat2 | kea-stop nat1|nat2
+#        lab.sh unbound-restart nat1|nat2 | unbound-stop nat1|nat2
+#
+# DNS: pl-inet runs an authoritative server for the test zone `example.` (Unbound with local
+# data, 203.0.113.53: www.example -> 203.0.113.10); each firewall host runs Unbound (the
+# members' resolver; the portal's bundle carries its configuration, artefact `unbound`) and a
+# device namespace gets /etc/netns/<ns>/resolv.conf from its lease (dhclient-script).
 set -euo pipefail
+# The daemons started here (Kea, Unbound, portal-ra, ...) must not inherit a caller's lock file
+# (`flock /tmp/pl-lab.lock lab.sh up`): they would hold the lab lock for as long as they run.
+for _fd in /proc/$$/fd/*; do
+	_fd=${_fd##*/}
+	if [[ $_fd =~ ^[0-9]+$ ]] && ((_fd > 2 && _fd != 255)); then eval "exec $_fd>&-" 2>/dev/null || true; fi
+done
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
@@ -555,6 +567,7 @@ cmd_host_up() { # links back; VRRP gives the host its role back after the preemp
 	make_fw_links "$host"
 	start_kea "$host"
 	start_ra "$host"
+	start_unbound "$host"
 	log "$host: links up (it takes its roles back after the preempt delay; lab.sh failback waits for it)"
 }
 
@@ -659,7 +672,11 @@ write_kea_files() {
  "conntrackd": {"path": "$(ha_dir "$host")/conntrackd.conf",
                 "check": ["$HA_NOTIFY", "check-conntrackd", "{file}"],
                 "reload": ["$HA_NOTIFY", "reload-conntrackd", "{file}", "$(ha_dir "$host")"],
-                "mode": "0644"}}
+                "mode": "0644"},
+ "unbound": {"path": "$(unbound_dir "$host")/unbound.conf",
+             "check": ["$FW_LIB/unbound-ctl", "check", "{file}"],
+             "reload": ["$FW_LIB/unbound-ctl", "reload", "{file}"],
+             "mode": "0644"}}
 JSON
 	[[ -f $dir/portal-ra.json ]] || cat >"$dir/portal-ra.json" <<JSON
 {"interface": "dorm0", "source": "fe80::1", "pid_file": "$dir/portal-ra.pid", "prefixes": {}}
@@ -745,6 +762,114 @@ cmd_kea() { # restart|stop HOST
 		log "Kea of $host running"
 	else
 		log "Kea of $host stopped"
+	fi
+}
+
+# ------------------------------------------------------------------------------------- unbound
+# Each firewall host runs Unbound, the members' resolver. The portal's bundle carries its
+# configuration (artefact unbound, declared in artefacts.json; reloaded by unbound-ctl); until
+# the first push it answers on the host's loopback only.
+AUTH_DNS_ADDR=203.0.113.53
+unbound_dir() { echo "$LAB_VAR/$1/unbound"; }
+
+write_unbound_files() {
+	local host=$1 dir
+	dir=$(unbound_dir "$host")
+	mkdir -p "$dir"
+	chmod 755 "$dir"
+	[[ -f $dir/unbound.conf ]] && return 0
+	cat >"$dir/unbound.conf" <<CONF
+# lab.sh's bootstrap resolver of $host: loopback only, until the portal pushes its own.
+server:
+    use-syslog: no
+    logfile: ""
+    chroot: ""
+    username: ""
+    pidfile: "$dir/unbound.pid"
+    interface: 127.0.0.1
+    access-control: 127.0.0.0/8 allow
+remote-control:
+    control-enable: yes
+    control-interface: "$dir/unbound.ctl"
+    control-use-cert: no
+CONF
+}
+
+unbound_pid() { # HOST (or "auth": pl-inet's authoritative server)
+	local dir pid
+	if [[ $1 == auth ]]; then dir="$LAB_VAR/auth-dns"; else dir=$(unbound_dir "$1"); fi
+	# Unbound's own pid file: unbound-ctl restarts it on a change of listening addresses.
+	pid=$(cat "$dir/unbound.pid" 2>/dev/null || true)
+	[[ $pid =~ ^[0-9]+$ ]] && pid_alive "$pid" && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == unbound ]] && echo "$pid"
+}
+
+run_unbound() { # NS DIR: Unbound in the foreground of its own session (its pid file in DIR)
+	local ns=$1 dir=$2 _
+	command -v unbound >/dev/null 2>&1 || die "missing tool: unbound (apt-get install unbound)"
+	rm -f "$dir/unbound.ctl"
+	ip netns exec "$ns" setsid unbound -d -c "$dir/unbound.conf" >>"$dir/unbound.log" 2>&1 </dev/null &
+	for _ in $(seq 100); do
+		[[ -S $dir/unbound.ctl ]] && return 0
+		sleep 0.05
+	done
+	die "Unbound in $ns did not open its control socket (see $dir/unbound.log)"
+}
+
+start_unbound() {
+	unbound_pid "$1" >/dev/null && return 0
+	run_unbound "$1" "$(unbound_dir "$1")"
+}
+
+stop_unbound() {
+	local pid
+	pid=$(unbound_pid "$1" || true)
+	# shellcheck disable=SC2086
+	kill_pids $pid
+}
+
+start_authoritative() { # the test zone example. in pl-inet (Unbound answering from local data)
+	local dir="$LAB_VAR/auth-dns"
+	unbound_pid auth >/dev/null && return 0
+	mkdir -p "$dir"
+	ip -n pl-inet addr replace "$AUTH_DNS_ADDR/24" dev br0
+	cat >"$dir/unbound.conf" <<CONF
+# The lab's Internet: an authoritative server for the test zone example. (nothing leaves the lab)
+server:
+    use-syslog: no
+    logfile: ""
+    chroot: ""
+    username: ""
+    pidfile: "$dir/unbound.pid"
+    interface: $AUTH_DNS_ADDR
+    access-control: 0.0.0.0/0 allow
+    ip-ratelimit: 0
+    local-zone: "example." static
+    local-data: "example. 3600 IN SOA ns.example. hostmaster.example. 1 3600 600 86400 300"
+    local-data: "example. 3600 IN NS ns.example."
+    local-data: "ns.example. 3600 IN A $AUTH_DNS_ADDR"
+    local-data: "www.example. 300 IN A 203.0.113.10"
+    # Every other name: no such domain, from here (no root servers in the lab).
+    local-zone: "." static
+remote-control:
+    control-enable: yes
+    control-interface: "$dir/unbound.ctl"
+    control-use-cert: no
+CONF
+	run_unbound pl-inet "$dir"
+}
+
+stop_authoritative() { stop_unbound auth; }
+
+cmd_unbound() { # restart|stop HOST
+	local op=$1 host
+	host=$(host_arg "${2:-}")
+	lab_is_up || die "the lab is not up"
+	stop_unbound "$host"
+	if [[ $op == restart ]]; then
+		start_unbound "$host"
+		log "Unbound of $host running"
+	else
+		log "Unbound of $host stopped"
 	fi
 }
 
@@ -846,7 +971,7 @@ cmd_client_down() {
 		ip netns del "$ns"
 	fi
 	ip -n pl-dorm link del "$(client_port "$mac")" 2>/dev/null || true
-	rm -rf "$LAB_VAR/clients/${mac//:/}"
+	rm -rf "$LAB_VAR/clients/${mac//:/}" "/etc/netns/$ns"
 }
 
 client_namespaces() { ip netns list 2>/dev/null | awk '$1 ~ /^pl-c-[0-9a-f]{12}$/ {print $1}'; }
@@ -907,15 +1032,21 @@ write_lab_json() {
     {"name": "pl-nat1", "address": "${MGMT_ADDR[pl-nat1]}", "state_dir": "$LAB_VAR/pl-nat1/fw",
      "dhcp": {"control_socket": "$LAB_VAR/pl-nat1/kea/kea4.sock", "lease_file": "$LAB_VAR/pl-nat1/kea/leases4.csv",
               "ra_pid_file": "$LAB_VAR/pl-nat1/kea/portal-ra.pid"},
+     "resolver": {"address": "10.100.0.2", "control_socket": "$LAB_VAR/pl-nat1/unbound/unbound.ctl",
+                  "pid_file": "$LAB_VAR/pl-nat1/unbound/unbound.pid", "user": ""},
      "ha": {"sync_interface": "pl-sync", "sync_address4": "10.255.254.1", "sync_address6": "fdff:255:254::1",
             "run_dir": "$LAB_VAR/pl-nat1/ha", "notify": "$HA_NOTIFY", "conntrackd_config": "$LAB_VAR/pl-nat1/ha/conntrackd.conf"}},
     {"name": "pl-nat2", "address": "${MGMT_ADDR[pl-nat2]}", "state_dir": "$LAB_VAR/pl-nat2/fw",
      "dhcp": {"control_socket": "$LAB_VAR/pl-nat2/kea/kea4.sock", "lease_file": "$LAB_VAR/pl-nat2/kea/leases4.csv",
               "ra_pid_file": "$LAB_VAR/pl-nat2/kea/portal-ra.pid"},
+     "resolver": {"address": "10.100.0.3", "control_socket": "$LAB_VAR/pl-nat2/unbound/unbound.ctl",
+                  "pid_file": "$LAB_VAR/pl-nat2/unbound/unbound.pid", "user": ""},
      "ha": {"sync_interface": "pl-sync", "sync_address4": "10.255.254.2", "sync_address6": "fdff:255:254::2",
             "run_dir": "$LAB_VAR/pl-nat2/ha", "notify": "$HA_NOTIFY", "conntrackd_config": "$LAB_VAR/pl-nat2/ha/conntrackd.conf"}}
   ],
   "portal_proxy": "203.0.113.80",
+  "dns_upstream": "$AUTH_DNS_ADDR",
+  "dns_zone": {"www.example": "203.0.113.10"},
   "probe": {"address": "${MGMT_ADDR[$PROBE]}", "internet_address": "203.0.113.20"},
   "virtual_addresses": ["member 10.100.0.1/16", "uplink 203.0.113.1/24", "member 2001:db8:100::1/48",
                         "member fe80::1/64", "uplink 2001:db8:ffff::1/64"],
@@ -990,7 +1121,10 @@ cmd_up() {
 		start_sshd "$host"
 		start_kea "$host"
 		start_ra "$host"
+		write_unbound_files "$host"
+		start_unbound "$host"
 	done
+	start_authoritative
 	write_sshd_files "$PROBE"
 	start_sshd "$PROBE"
 	start_keepalived "${NAT_HOSTS[@]}"
@@ -1034,15 +1168,17 @@ teardown() { # everything of the lab, whoever built it
 	# shellcheck disable=SC2046
 	kill_pids $(portal_proxy_pid || true) $(pgrep -f 'deploy/lab/portal_proxy.py --netns pl-inet' || true)
 	rm -f "$LAB_VAR/portal-proxy.pid"
+	stop_authoritative
 	for host in "${NAT_HOSTS[@]}"; do
 		pids=$(sshd_pid "$host" || true)
 		# shellcheck disable=SC2086
 		kill_pids $pids
 		rm -f "$LAB_VAR/$host/sshd.pid"
 		stop_kea "$host"
+		stop_unbound "$host"
 		# The hosts' rule sets die with the namespaces: so do the helper's state, Kea's and
 		# keepalived's and conntrackd's (their processes die with the namespace, below).
-		rm -rf "$LAB_VAR/$host/fw" "$(kea_dir "$host")" "$(ha_dir "$host")"
+		rm -rf "$LAB_VAR/$host/fw" "$(kea_dir "$host")" "$(ha_dir "$host")" "$(unbound_dir "$host")"
 	done
 	for ns in "${NAMESPACES[@]}"; do
 		if ns_exists "$ns"; then
@@ -1064,7 +1200,7 @@ teardown() { # everything of the lab, whoever built it
 	# veths and bridge go with them too.
 	rm -f "$LAB_VAR/roles" "$LAB_VAR/lab.json"
 	rm -rf "$FW_LIB"
-	rm -f "$FW_SBIN"/{portal-fw,portal-ha,portal-ra,kea-ctl}
+	rm -f "$FW_SBIN"/{portal-fw,portal-ha,portal-ra,kea-ctl,unbound-ctl}
 }
 
 cmd_status() {
@@ -1144,6 +1280,8 @@ main() {
 	portal-proxy) cmd_portal_proxy "$@" ;;
 	kea-restart) cmd_kea restart "$@" ;;
 	kea-stop) cmd_kea stop "$@" ;;
+	unbound-restart) cmd_unbound restart "$@" ;;
+	unbound-stop) cmd_unbound stop "$@" ;;
 	*)
 		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
 		exit 2

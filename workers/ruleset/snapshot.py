@@ -1508,6 +1508,4 @@ def snapshot_from_json(text: str | bytes) -> Snapshot:
         if isinstance(exc, SnapshotError):
             raise
         raise SnapshotError(f"snapshot json: {type(exc).__name__}: {exc}") from None
-    return Snapshot(
-        policy=policy, host=host, members=members, dhcp=dhcp, ha=ha, resolver=resolver
-    )
+    return Snapshot(policy=policy, host=host, members=members, dhcp=dhcp, ha=ha, resolver=resolver)

@@ -108,9 +108,7 @@ class Resolver:
         """The stored form back, validated again."""
         if not isinstance(doc, dict) or not set(doc) <= set(cls.__dataclass_fields__):
             raise SnapshotError("snapshot json: resolver is not an object of Resolver's fields")
-        values: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()
-        }
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()}
         return cls(**values)
 
 
@@ -183,7 +181,11 @@ def unbound_config(snapshot: Snapshot) -> str | None:
         "    control-use-cert: no",
     ]
     if r.forwarders:
-        lines += ["forward-zone:", '    name: "."', *(f"    forward-addr: {a}" for a in r.forwarders)]
+        lines += [
+            "forward-zone:",
+            '    name: "."',
+            *(f"    forward-addr: {a}" for a in r.forwarders),
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -21,6 +21,7 @@ the package, along the path of one push:
     ha.py         keepalived's notify hook and conntrackd's keeper (entry point portal-ha)
     pair.py       the pair's state on this host (VRRP roles, daemons, conntrackd statistics)
     kea.py        Kea's control socket (entry point kea-ctl) and the dhcp-leases verb
+    unbound.py    the members' resolver: check, reload keeping the cache, stats (unbound-ctl)
     ra.py         router advertisements per device (entry point portal-ra)
     probes.py     capability probes of this host's kernel and tools (what a bundle may use)
     host.py       one host: options, state directory, lock, log

@@ -15,6 +15,7 @@ from . import nft
 from .common import JSON, failed, now_iso, output, refused
 from .digest import public_digest
 from .host import Host
+from .unbound import resolver_figures
 
 
 def pending_summary(pending: JSON | None) -> JSON | None:
@@ -154,6 +155,9 @@ def collect(
         "pending_confirm": pending_summary(pending),
         "collect_seconds": round(time.monotonic() - started, 3),
     }
+    resolver = resolver_figures(host)  # the members' resolver (Unbound), when declared
+    if resolver is not None:
+        answer["resolver"] = resolver
     if ha is not None:
         answer["ha"] = ha.finish()
     elif is_paired(host):
