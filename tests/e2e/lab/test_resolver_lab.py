@@ -223,7 +223,7 @@ def test_one_flooding_device_is_rate_limited_while_another_keeps_resolving(resol
     server = RESOLVERS["pl-nat1"]
     # 5,000 queries/s for 2.5 s (dnsperf holds the rate; bounded: -l 2.5).
     argv = ["ip", "netns", "exec", dl.ns_of(flooder), "dnsperf", "-s", server]
-    argv += ["-d", str(names), "-Q", "5000", "-l", "2.5", "-t", "1", "-c", "1"]
+    argv += ["-d", str(names), "-Q", "5000", "-q", "20000", "-l", "2.5", "-t", "1", "-c", "1"]
     flood = subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,
@@ -243,7 +243,9 @@ def test_one_flooding_device_is_rate_limited_while_another_keeps_resolving(resol
     sent = re.search(r"Queries sent:\s+(\d+)", out)
     assert completed, out
     assert sent, out
-    assert int(sent.group(1)) >= 8000, out
+    # dnsperf asks for 5,000/s; a busy 2-core machine sends less, but always 10x the limit.
+    assert int(sent.group(1)) >= 5000, out
+    print(f"flood: {sent.group(1)} queries sent in 2.5 s, {completed.group(1)} answered")  # noqa: T201
     # 200/s allowed (one in ten of the rest too): most of the flood is dropped.
     assert int(completed.group(1)) < int(sent.group(1)) * 0.5, out
     health = json.loads(lab_sh("ssh", "nat1", "health --sample-ms 0 --no-digest").stdout)
