@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import threading
-from typing import Any
 
 from workers.ruleset.host import (
     Host,
@@ -12,6 +10,7 @@ from workers.ruleset.host import (
 from workers.ruleset.member import (
     Member,
 )
+from workers.ruleset.memo import MEMO, OWNERS_KEPT
 from workers.ruleset.values import (
     SnapshotError,
     _inside,
@@ -104,14 +103,6 @@ class _Owners:
                 self.v6.pop(a6._ip, None)  # type: ignore[attr-defined]
 
 
-# The owners after the last check per pair of host networks (the hosts of a site share one):
-# the worker's next snapshot differs in a few members, so only those are checked again. A
-# failed check forgets its entry (the next one starts from nothing).
-_OWNERS: dict[tuple[Any, Any], _Owners] = {}
-_OWNERS_LOCK = threading.Lock()
-_OWNERS_KEPT = 8
-
-
 def _check_global(host: Host, members: tuple[Member, ...]) -> None:
     """Uniqueness across members; addresses inside the host's networks when those are given.
 
@@ -121,8 +112,9 @@ def _check_global(host: Host, members: tuple[Member, ...]) -> None:
     (the worker reuses unchanged members) are not checked again.
     """
     networks = (host.private_networks, host.public_networks)
-    with _OWNERS_LOCK:
-        owners = _OWNERS.pop(networks, None)
+    kept = MEMO.owners  # the owners after the last check per pair of host networks
+    with MEMO.owners_lock:
+        owners = kept.pop(networks, None)
         if owners is None:
             owners = _Owners(host)
             changed: list[Member] = list(members)
@@ -142,9 +134,9 @@ def _check_global(host: Host, members: tuple[Member, ...]) -> None:
         # changed members, or an address from one to the other, in the same snapshot.
         for m in changed:
             owners.add(m)  # raises: the entry stays forgotten
-        _OWNERS[networks] = owners
-        while len(_OWNERS) > _OWNERS_KEPT:
-            _OWNERS.pop(next(iter(_OWNERS)))
+        kept[networks] = owners  # a failed check forgot its entry: the next starts anew
+        while len(kept) > OWNERS_KEPT:
+            kept.pop(next(iter(kept)))
 
 
 # ------------------------------------------------------------------------------- serialisation

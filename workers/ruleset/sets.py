@@ -8,6 +8,7 @@ import ipaddress
 from workers.ruleset.host import Policy
 from workers.ruleset.ir import SetDef
 from workers.ruleset.member import Member
+from workers.ruleset.memo import MEMO, Entries, MemberSets, Parts
 from workers.ruleset.shaping import HTB_ROOT_MAJOR, MQ_QUEUE_MAJOR_BASE, class_minors
 from workers.ruleset.snapshot import Snapshot
 from workers.ruleset.spelling import _AF6, NET64_MASK, _ntoa, _ntop, capacity, fmt4, merge_ranges
@@ -138,30 +139,6 @@ def _shared_prefixes(snapshot: Snapshot) -> set[int]:
     FWD_TCP, FWD_UDP, FWD_BOTH, FWD_RANGES, SRC_NAT, NOPUB4, SRC6, SRC6_NET, OPEN_ALL,
     OPEN_PORTS, OPEN_RANGES, SHAPE4, SHAPE6, SHAPE6_NET, ACCT4, SYN4,
 ) = range(16)  # fmt: skip
-_Parts = tuple[tuple[int, tuple[str, ...]], ...]  # (set index, elements) for non-empty sets
-
-# Per host (and SYN proxy on or off): member id -> (member, classid, shared flags of its /64s, its /64s, parts). A worker
-# compiles again and again while few members change; the snapshot reader hands over the same
-# Member objects for unchanged members, so their elements are reused as they are (identity
-# check, plus the two things outside the member that shape them: its HTB class and whether
-# each of its /64s is shared with another member). Bounded: only the last compile's members.
-_ELEMENT_CACHE: dict[
-    tuple[str, bool], dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]]
-] = {}
-_ELEMENT_CACHE_HOSTS = 64
-# The last member_sets answer: (the members tuple it was built from, (mq, queues, syn proxy),
-# the sets, the per-member cache entries). Reused when the next compile hands over the same
-# tuple (the other host of a pair, from the same read: SnapshotData.for_buildings).
-_Entries = dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]]
-_LAST_MEMBER_SETS: (
-    tuple[tuple[Member, ...], tuple[bool, int, bool, bool], tuple[SetDef, ...], _Entries] | None
-) = None
-
-
-def _element_cache_store(key: tuple[str, bool], fresh: _Entries) -> None:
-    if len(_ELEMENT_CACHE) >= _ELEMENT_CACHE_HOSTS and key not in _ELEMENT_CACHE:
-        _ELEMENT_CACHE.pop(next(iter(_ELEMENT_CACHE)))
-    _ELEMENT_CACHE[key] = fresh
 
 
 def _own_prefixes(m: Member) -> tuple[int, ...]:
@@ -169,7 +146,7 @@ def _own_prefixes(m: Member) -> tuple[int, ...]:
     return tuple(dict.fromkeys(a._ip >> 64 for d in m.devices for a in d.ipv6))  # type: ignore[attr-defined]
 
 
-def _member_elements(m: Member, classid: str, shared: set[int], syn: bool = True) -> _Parts:
+def _member_elements(m: Member, classid: str, shared: set[int], syn: bool = True) -> Parts:
     """One member's elements of every per-member set (see `member_sets`); the SYN proxy's
     `syn_fwd4` elements only with `syn` (the set exists only then).
 
@@ -305,7 +282,6 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
     elements come from `_member_elements`, reused from the host's last compile when the member
     and what shapes its elements are unchanged; the sets list them in member order.
     """
-    global _LAST_MEMBER_SETS
     host = snapshot.host
     mq = host.shaping_root is ShapingRoot.MQ
     queues = host.tx_queues
@@ -314,14 +290,14 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
     # The second host of a pair compiles the same members right after the first: the sets
     # depend on nothing else of the host than its HTB layout, so they are the first's.
     pair_key = (mq, queues if mq else 0, syn, host.fast_path)
-    last = _LAST_MEMBER_SETS
-    if last is not None and last[0] is snapshot.members and last[1] == pair_key:
-        _element_cache_store(key, last[3])
-        return list(last[2])
+    last = MEMO.member_sets
+    if last is not None and last.members is snapshot.members and last.layout == pair_key:
+        MEMO.store_elements(key, last.entries)
+        return list(last.sets)
     minors = class_minors(m.id for m in snapshot.members if m.shaping is not None)
     shared = _shared_prefixes(snapshot)
-    cache = _ELEMENT_CACHE.get(key, {})
-    fresh: dict[int, tuple[Member, str, tuple[bool, ...], tuple[int, ...], _Parts]] = {}
+    cache = MEMO.elements.get(key, {})
+    fresh: Entries = {}
     out: list[list[str]] = [[] for _ in range(16)]
     extend = [lst.extend for lst in out]
     elements_of = _member_elements
@@ -347,7 +323,7 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
             fresh[mid] = entry
             for index, elements in entry[4]:
                 extend[index](elements)
-    _element_cache_store(key, fresh)
+    MEMO.store_elements(key, fresh)
     v4_port = "ipv4_addr . inet_service"
     v4_proto_port = "ipv4_addr . inet_proto . inet_service"
     v6_port = "ipv6_addr . inet_proto . inet_service"
@@ -376,7 +352,7 @@ def member_sets(snapshot: Snapshot) -> list[SetDef]:
         _hash_set("dev4_pub", "ipv4_addr", None, _keys(out[SRC_NAT])),
         *(fast_path_sets(out) if host.fast_path else ()),
     ]
-    _LAST_MEMBER_SETS = (snapshot.members, pair_key, tuple(result), fresh)
+    MEMO.member_sets = MemberSets(snapshot.members, pair_key, tuple(result), fresh)
     return result
 
 

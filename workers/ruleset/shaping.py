@@ -5,7 +5,7 @@ from collections.abc import Iterable
 
 from workers.ruleset.host import Host
 from workers.ruleset.ir import HtbClass, Shaper
-from workers.ruleset.member import Member
+from workers.ruleset.memo import MEMO, Classes
 from workers.ruleset.snapshot import Snapshot
 from workers.ruleset.values import (
     ShapingRoot,
@@ -50,21 +50,16 @@ def class_major(host: Host, member_id: int) -> int:
 
 
 _class_order = operator.attrgetter("major", "minor", "rate_kbit", "ceil_kbit")
-# The last shapers' classes: (members tuple, (mq, queues), down, up); see _LAST_MEMBER_SETS.
-_LAST_CLASSES: (
-    tuple[tuple[Member, ...], tuple[bool, int], tuple[HtbClass, ...], tuple[HtbClass, ...]] | None
-) = None
 
 
 def shapers(snapshot: Snapshot) -> tuple[Shaper, ...]:
     """HTB trees: download on member-side interfaces, upload on uplinks; one class per member."""
-    global _LAST_CLASSES
     host = snapshot.host
     mq = host.shaping_root is ShapingRoot.MQ
     layout = (mq, host.tx_queues if mq else 0)
-    last = _LAST_CLASSES
-    if last is not None and last[0] is snapshot.members and last[1] == layout:
-        down, upc = last[2], last[3]
+    last = MEMO.classes
+    if last is not None and last.members is snapshot.members and last.layout == layout:
+        down, upc = last.down, last.up
     else:
         shaped = [m for m in snapshot.members if m.shaping is not None]
         minors = class_minors(m.id for m in shaped)
@@ -79,7 +74,7 @@ def shapers(snapshot: Snapshot) -> tuple[Shaper, ...]:
         down_list.sort(key=_class_order)  # HtbClass order, compared in C (not its __lt__)
         up_list.sort(key=_class_order)
         down, upc = tuple(down_list), tuple(up_list)
-        _LAST_CLASSES = (snapshot.members, layout, down, upc)
+        MEMO.classes = Classes(snapshot.members, layout, down, upc)
     out = [
         Shaper(dev, host.shaping_root, host.tx_queues, host.link_kbit, down)
         for dev in host.member_interfaces

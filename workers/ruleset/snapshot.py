@@ -30,6 +30,7 @@ from typing import Any
 from workers.ruleset.checks import _check_global
 from workers.ruleset.host import CaptivePortalUrl, Dhcp, Ha, Host, Policy
 from workers.ruleset.member import Device, Member, Opening, PortForward, Shaping, _by_id
+from workers.ruleset.memo import DHCP_KEPT, MEMO
 from workers.ruleset.values import (
     GC_PROMOTE_AT,
     IFNAME_RE,
@@ -88,7 +89,7 @@ class Snapshot:
         if not (isinstance(members, tuple) and ids == sorted(ids)):
             members = tuple(sorted(members, key=_by_id))
         # A tuple in order is kept as it is: the hosts of a pair built from one read then share
-        # one members tuple, which the compiler recognises (build._LAST_MEMBER_SETS).
+        # one members tuple, which the compiler recognises (memo.MEMO.member_sets).
         _set(self, "members", members)
         _check_global(self.host, members)
 
@@ -208,13 +209,6 @@ def _member_in(row: Any) -> Member:
     )
 
 
-# member id -> (member, its JSON row) of the last `snapshot_to_json`: a worker stores a snapshot
-# per version while few members change, and the snapshot reader hands over the same Member
-# objects for unchanged members, so their rows are reused (identity check). Bounded: only the
-# members of the last call.
-_MEMBER_JSON: dict[int, tuple[Member, str]] = {}
-
-
 def snapshot_to_json(snapshot: Snapshot) -> str:
     """Compact, deterministic JSON: equal snapshots give identical text (ASCII, no spaces).
 
@@ -223,7 +217,6 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
     ``json.dumps(doc, separators=(",", ":"), sort_keys=True)`` gives for the whole document; the
     member rows are dumped one by one so that unchanged members' rows can be reused.
     """
-    global _MEMBER_JSON
     p, h = snapshot.policy, snapshot.host
     head = {
         "format": SNAPSHOT_FORMAT,
@@ -260,33 +253,32 @@ def snapshot_to_json(snapshot: Snapshot) -> str:
         },
     }
     dump = functools.partial(json.dumps, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
-    cache, fresh, rows = _MEMBER_JSON, {}, []
+    # A member's row is reused while it is the same object (MEMO.member_json: the last call's).
+    cache, fresh, rows = MEMO.member_json, {}, []
     for m in snapshot.members:
         hit = cache.get(m.id)
         if hit is None or hit[0] is not m:
             hit = (m, dump(_member_out(m)))
         fresh[m.id] = hit
         rows.append(hit[1])
-    _MEMBER_JSON = fresh
+    MEMO.member_json = fresh
     # "dhcp" sorts before every other key of the head, as the dump needs.
     dhcp = _dhcp_json(snapshot.dhcp, dump)
     return f'{{"dhcp":{dhcp},{dump(head)[1:-1]},"members":[{",".join(rows)}],{dump(tail)[1:]}'
 
 
-# The JSON of the last few `Dhcp` objects dumped, by identity (the worker reuses one object while
-# no reservation changes; its 60,000 rows need not be dumped again).
-_DHCP_JSON: dict[int, tuple[Dhcp, str]] = {}
-
-
 def _dhcp_json(d: Dhcp | None, dump: Callable[[Any], str]) -> str:
-    hit = _DHCP_JSON.get(id(d))
+    """The JSON of `d`, reused while it is the same object (the worker keeps one while no
+    reservation changes; its 60,000 rows need not be dumped again)."""
+    kept = MEMO.dhcp_json
+    hit = kept.get(id(d))
     if hit is not None and hit[0] is d:
         return hit[1]
     text = dump(_dhcp_out(d))
     if d is not None:
-        while len(_DHCP_JSON) >= 8:
-            _DHCP_JSON.pop(next(iter(_DHCP_JSON)))
-        _DHCP_JSON[id(d)] = (d, text)
+        while len(kept) >= DHCP_KEPT:
+            kept.pop(next(iter(kept)))
+        kept[id(d)] = (d, text)
     return text
 
 
