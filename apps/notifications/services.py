@@ -24,11 +24,11 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from apps.audit.services import audit_changes, audit_record
-from apps.firewall.choices import LiveStatus
 from apps.firewall.live import live_attach, live_hosts
 from apps.infra.redis import redis_client
 from apps.members.choices import MemberStatus
 from apps.members.models import Member
+from apps.network.choices import LiveStatus
 from apps.notifications import dispatch
 from apps.notifications.choices import LiveOutcome, LiveWhat, MailStatus, NoticeKind
 from apps.notifications.mail import notices_mail
