@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.firewall.choices import PushStep, SiteStatus
+from apps.firewall.extensions import Roles, firewall_extensions
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion, Site
 from apps.firewall.pipeline import scheduled_key
 from apps.firewall.snapshot import firewall_snapshot_build, snapshot_data_read
@@ -408,17 +409,10 @@ def backup_first(hosts: list[FirewallHost]) -> list[FirewallHost]:
     """Rollout order within a site: the hosts of a pair that hold fewer primary roles first
     (judged from their newest health sample), the IPv4 primary last, then rollout order. A
     bundle the backup refuses or that leaves it unhealthy never reaches the primary."""
-    from apps.health.models import HostHealthSample  # up a floor: a push records a sample
-
-    paired = [h.pk for h in hosts if h.sync_interface]
-    roles: dict[int, dict] = {}
-    for pk in paired:
-        sample = HostHealthSample.objects.filter(host_id=pk).order_by("-at", "-id").first()
-        if sample is not None and sample.reachable:
-            roles[pk] = {
-                name: (info or {}).get("state")
-                for name, info in ((sample.ha or {}).get("instances") or {}).items()
-            }
+    paired = [h for h in hosts if h.sync_interface]
+    roles: dict[int, Roles] = {}
+    for extension in firewall_extensions():  # health: the roles of the newest samples
+        roles.update(extension.host_roles(hosts=paired) if paired else {})
 
     def key(host: FirewallHost) -> tuple:
         mine = roles.get(host.pk, {})
