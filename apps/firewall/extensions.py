@@ -8,7 +8,7 @@ every registered `FirewallExtension` (health registers one in its AppConfig.read
 - `host_list_context`, `host_detail_context`: the health parts of the Firewalls page and of one
   host's page (states with warnings, the newest sample, the charts, quota hits).
 - `host_roles`: each paired host's VRRP roles from its newest reachable sample, so the rollout
-  pushes the backup first (apps/firewall/rollout.py `backup_first`).
+  pushes the backup first (apps/firewall/order.py `backup_first`).
 """
 
 from __future__ import annotations

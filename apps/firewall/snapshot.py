@@ -1,13 +1,13 @@
 """The only bridge from the database to the compiler: a few queries -> typed Snapshot values.
 
-Members are read from one consistent view of the database and kept per process (`_MemberCache`):
-a member whose row and trigger-kept revision (migration 0004) are unchanged is reused as is.
+Members are read from one consistent view of the database and kept per process
+(`PUSH_MEMO.members`, memo.py): a member whose row and trigger-kept revision (migration 0004)
+are unchanged is reused as is.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from apps.firewall.memo import PUSH_MEMO, DhcpBuilt, MemberCache
 from apps.firewall.models import FirewallHost, parse_virtual_addresses
 from apps.members.choices import NETWORKED_STATUSES
 from apps.members.models import Member
@@ -111,37 +112,9 @@ MEMBER_COLUMNS = (
 _BUILDING = MEMBER_COLUMNS.index("room__building_id")
 
 
-class _MemberCache:
-    """This process's typed members of the last read, each with the key it was built from:
-    the member's own row (status, public IPv4, prefix, shaping rates), the revision the
-    triggers of migration firewall 0004 keep for its devices, forwards and openings, and the
-    default shaping profile where it applies. A member whose key is unchanged is reused as is;
-    only changed members are read and validated again."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.epoch: int | None = None
-        self.keys: dict[int, tuple[Any, ...]] = {}
-        self.members: dict[int, rs.Member] = {}
-        self.reservations: dict[int, tuple[tuple[str, str, str | None], ...]] = {}
-
-    def clear(self) -> None:
-        with self.lock:
-            self.forget()
-
-    def forget(self) -> None:
-        self.epoch = None
-        self.keys.clear()
-        self.members.clear()
-        self.reservations.clear()
-
-
-_CACHE = _MemberCache()
-
-
 def snapshot_cache_clear() -> None:
     """Forget this process's typed members (the next read builds every member again)."""
-    _CACHE.clear()
+    PUSH_MEMO.members.clear()
 
 
 def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
@@ -155,7 +128,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
     # up a floor: reservations
     from apps.dhcp.models import DhcpSettings, RegistrationRange, ipv4_list
 
-    cache = _CACHE if cached else _MemberCache()
+    cache = PUSH_MEMO.members if cached else MemberCache()
     taken_at = timezone.now()
     outermost = not connection.in_atomic_block
     with cache.lock, transaction.atomic():
@@ -417,13 +390,6 @@ def _ha_build(host: FirewallHost) -> rs.Ha | None:
     )
 
 
-# This process's last DHCP input per host: (its raw inputs, the typed `rs.Dhcp`). While no
-# reservation, range or setting changes (a forward, an opening, a shaping change), the same
-# object is reused: no 60,000 addresses parsed and checked again, and the compiler's converters
-# reuse their text for it (workers.ruleset.kea, by identity).
-_DHCP_BUILT: dict[int, tuple[tuple[Any, ...], rs.Dhcp]] = {}
-
-
 def _dhcp_build(
     host: FirewallHost, data: SnapshotData, members: tuple[rs.Member, ...], buildings: set[int]
 ) -> rs.Dhcp:
@@ -463,9 +429,12 @@ def _dhcp_build(
         host.kea_lease_file,
         host.interface_names("dhcp_interfaces") if host.dhcp_interfaces else (),
     )
-    last = _DHCP_BUILT.get(host.pk)
-    if last is not None and last[0] == inputs:
-        return last[1]
+    # While no reservation, range or setting changes (a forward, an opening, a shaping change),
+    # the host's last object is reused: no 60,000 addresses parsed and checked again, and the
+    # compiler reuses its text (workers/ruleset/memo.py, by identity).
+    last = PUSH_MEMO.dhcp.get(host.pk)
+    if last is not None and last.inputs == inputs:
+        return last.dhcp
     dhcp = rs.Dhcp(
         network=site.member_network4,
         router=site.gateway4,
@@ -491,7 +460,7 @@ def _dhcp_build(
         lease_file=host.kea_lease_file,
         interfaces=inputs[-1],
     )
-    _DHCP_BUILT[host.pk] = (inputs, dhcp)
+    PUSH_MEMO.dhcp[host.pk] = DhcpBuilt(inputs, dhcp)
     return dhcp
 
 

@@ -32,14 +32,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from workers.ruleset.host import Dhcp
 from workers.ruleset.ir import HtbClass, SetDef
 from workers.ruleset.member import Member
-
-if TYPE_CHECKING:
-    from workers.ruleset.checks import _Owners
 
 ELEMENT_HOSTS = 64
 OWNERS_KEPT = 8
@@ -50,6 +47,16 @@ Parts = tuple[tuple[int, tuple[str, ...]], ...]  # (set index, elements) for non
 # compile from nothing makes one per member (100,000), a NamedTuple's constructor costs more.
 ElementEntry = tuple[Member, str, tuple[bool, ...], tuple[int, ...], Parts]
 Entries = dict[int, ElementEntry]
+
+
+class Owners(Protocol):
+    """Who holds each unique key in the members checked so far (checks._Owners)."""
+
+    by_id: dict[int, Member]
+
+    def add(self, m: Member) -> None: ...
+
+    def remove(self, m: Member) -> None: ...
 
 
 class MemberSets(NamedTuple):
@@ -77,7 +84,7 @@ class CompilerMemo:
     elements: dict[tuple[str, bool], Entries] = field(default_factory=dict)  # (host, SYN proxy)
     member_sets: MemberSets | None = None
     classes: Classes | None = None
-    owners: dict[tuple[Any, Any], _Owners] = field(default_factory=dict)
+    owners: dict[tuple[Any, Any], Owners] = field(default_factory=dict)
     owners_lock: threading.Lock = field(default_factory=threading.Lock)
     member_json: dict[int, tuple[Member, str]] = field(default_factory=dict)
     dhcp_json: dict[int, tuple[Dhcp, str]] = field(default_factory=dict)
