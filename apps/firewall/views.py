@@ -12,7 +12,6 @@ from django.views import View
 
 from apps.accounts.roles import Role, RoleRequiredMixin, StaffRequiredMixin, has_role
 from apps.audit.selectors import audit_for_object
-from apps.audit.sentences import cause_members
 from apps.core.htmx import htmx_partial
 from apps.firewall.extensions import firewall_extensions
 from apps.firewall.models import FirewallHost, Site
@@ -25,6 +24,7 @@ from apps.firewall.services import (
     host_state_resync,
     host_unpin,
 )
+from apps.members.selectors import cause_members
 
 
 class FirewallHostListView(StaffRequiredMixin, View):

@@ -1,6 +1,7 @@
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
+from apps.audit.words import detail_words_register
 from apps.health.signals import public_face_changed
 from apps.members.extensions import member_extension_register
 
@@ -16,6 +17,10 @@ class TicketsConfig(AppConfig):
         from apps.tickets.extension import TicketsMemberExtension
 
         member_extension_register(TicketsMemberExtension())
+        # Audit's sentences word a ticket update in the tickets app's words (apps/audit/words.py).
+        from apps.tickets.history import update_sentences
+
+        detail_words_register("ticket.update", update_sentences)
         # A failover or a host lost (apps/health/signals.py): the status page says so at once.
         from apps.tickets import status  # it reads models too
 
