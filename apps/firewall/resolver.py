@@ -9,8 +9,7 @@ rule set's `dns4` set (untracked DNS, the walled garden's way to DNS) holds both
 
 from __future__ import annotations
 
-from typing import Any
-
+from apps.firewall.extensions import DhcpRead
 from apps.firewall.models import FirewallHost
 from workers import ruleset as rs
 from workers.ruleset.unbound import Resolver
@@ -34,22 +33,17 @@ def all_resolver_addresses() -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(a) for a in rows.values_list("resolver_address", flat=True)))
 
 
-def lease_dns_servers(host: FirewallHost, settings_row: Any) -> tuple[str, ...]:
+def lease_dns_servers(host: FirewallHost, dhcp: DhcpRead) -> tuple[str, ...]:
     """What Kea on `host` hands out as DNS servers: the site's resolvers, else the settings'."""
-    from apps.dhcp.models import ipv4_list  # up a floor: the DHCP address lists
-
-    own = site_resolver_addresses(host.site_id)
-    return own or tuple(ipv4_list(settings_row.dns_servers))
+    return site_resolver_addresses(host.site_id) or dhcp.dns_servers
 
 
 def resolver_build(
-    host: FirewallHost, settings_row: Any, private: tuple[str, ...], registration: tuple[str, ...]
+    host: FirewallHost, dhcp: DhcpRead, private: tuple[str, ...], registration: tuple[str, ...]
 ) -> Resolver | None:
     """Unbound's input for `host`, or None when it runs no resolver. It serves the site's member
     network, the private networks of its buildings and their registration ranges (walled
     devices resolve too); everything else is refused."""
-    from apps.dhcp.models import ipv4_list  # up a floor: the DHCP address lists
-
     if not host.resolver_address:
         return None
     site = host.site
@@ -59,15 +53,15 @@ def resolver_build(
     if not allow:
         raise rs.SnapshotError(f"host {host.name}: its resolver has no member network to serve")
     local_name = ""
-    if settings_row.captive_portal_url:
-        local_name = rs.CaptivePortalUrl(settings_row.captive_portal_url).origin.split("://")[1]
+    if dhcp.captive_portal_url:
+        local_name = rs.CaptivePortalUrl(dhcp.captive_portal_url).origin.split("://")[1]
         local_name = local_name.partition(":")[0]
-    portal = tuple(ipv4_list(settings_row.portal_addresses))
+    portal = dhcp.portal_addresses
     return Resolver(
         listen=(host.resolver_address,),
         allow=tuple(dict.fromkeys(allow)),
-        ratelimit=settings_row.resolver_ratelimit,
-        forwarders=tuple(ipv4_list(settings_row.resolver_forwarders)),
+        ratelimit=dhcp.resolver_ratelimit,
+        forwarders=dhcp.resolver_forwarders,
         local_name=local_name if portal else "",
         local_addresses=portal if local_name else (),
         control_socket=host.unbound_control_socket,

@@ -17,14 +17,12 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workers.ruleset.snapshot import (
+from workers.ruleset.values import (
     _DOMAIN_RE,
-    PARTS,
     IPNetwork,
     IPv4Address,
-    Snapshot,
     SnapshotError,
     _int,
     _ipv4s,
@@ -32,6 +30,9 @@ from workers.ruleset.snapshot import (
     _path,
     _set,
 )
+
+if TYPE_CHECKING:
+    from workers.ruleset.snapshot import Snapshot
 
 UNBOUND_ARTEFACT = "unbound"
 RATELIMIT_MAX = 1_000_000
@@ -110,9 +111,6 @@ class Resolver:
             raise SnapshotError("snapshot json: resolver is not an object of Resolver's fields")
         values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()}
         return cls(**values)
-
-
-PARTS["resolver"] = (Resolver, Resolver.from_doc)
 
 
 def _q(text: str) -> str:
