@@ -33,6 +33,7 @@ from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
 from apps.health.models import HostHealthSample
 from apps.infra.heartbeat import BEAT_KEY, HEARTBEAT_KEY
 from apps.infra.redis import redis_client
+from apps.operations.resolver_metrics import resolver_families
 from apps.tickets.choices import ACTIVE_STATUSES
 from apps.tickets.models import InboundMail, Ticket
 
@@ -135,9 +136,11 @@ class PortalCollector:
             labels=["host"],
         )
         now = timezone.now()
+        latest: list[tuple[str, HostHealthSample | None]] = []
         for host in FirewallHost.objects.filter(enabled=True).select_related("site"):
             site = host.site.name if host.site_id else ""
             sample = HostHealthSample.objects.filter(host=host).order_by("-at").first()
+            latest.append((host.name, sample))
             reachable.add_metric([host.name, site], 1.0 if sample and sample.reachable else 0.0)
             newest = (
                 RuleSetVersion.objects.filter(host=host)
@@ -174,6 +177,7 @@ class PortalCollector:
                 sync_lost.add_metric([host.name], float(lost))
         yield from (reachable, behind, drift, ct, ct_max, drops, softirq, age, vrrp, daemon_up)
         yield sync_lost
+        yield from resolver_families(latest)
 
     def _pushes(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count

@@ -61,6 +61,29 @@ def test_the_metrics_say_what_the_database_holds(client):
 
 
 @pytest.mark.django_db
+def test_the_metrics_carry_each_hosts_resolver_figures(client):
+    from apps.firewall.models import FirewallHost
+    from apps.health.models import HostHealthSample
+
+    fw1 = FirewallHost.objects.create(name="fw1", address="10.255.255.11")
+    fw2 = FirewallHost.objects.create(name="fw2", address="10.255.255.12")
+    FirewallHost.objects.create(name="fw3", address="10.255.255.13")  # no resolver
+    figures = {"ok": True, "queries": 1200, "cache_hits": 900, "cache_misses": 300,
+               "servfail": 7, "ratelimited": 4000, "recursion_avg_seconds": 0.012}  # fmt: skip
+    HostHealthSample.objects.create(host=fw1, reachable=True, resolver=figures)
+    HostHealthSample.objects.create(host=fw2, reachable=True, resolver={"ok": False, "error": "x"})
+    text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+    assert 'portal_resolver_up{host="fw1"} 1.0' in text
+    assert 'portal_resolver_up{host="fw2"} 0.0' in text
+    assert 'host="fw3"' not in text.split("# TYPE portal_resolver_up", 1)[1]
+    assert 'portal_resolver_queries_total{host="fw1"} 1200.0' in text
+    assert 'portal_resolver_servfail_total{host="fw1"} 7.0' in text
+    assert 'portal_resolver_ratelimited_total{host="fw1"} 4000.0' in text
+    assert 'portal_resolver_cache_hits_total{host="fw1"} 900.0' in text
+    assert 'portal_resolver_recursion_seconds{host="fw1"} 0.012' in text
+
+
+@pytest.mark.django_db
 def test_healthz_names_what_is_down(client):
     response = client.get("/healthz")
     body = response.json()
