@@ -41,13 +41,31 @@ def validate_ipv4_list(text: str) -> None:
     ipv4_list(text)
 
 
+# The compiler's refusals of a captive-portal URL (CaptivePortalUrl, English) as the admin form
+# says them, in the user's language: (words of the compiler's message, the form's message).
+CAPTIVE_URL_REASONS = (
+    (
+        "does not start with https://",
+        _("The URL must start with https:// (RFC 8908 asks for TLS)."),
+    ),
+    ("is not a domain name", _("The host must be a domain name in lower case, not an IP address.")),
+    ("is not a port number", _("The port is not a port number.")),
+    ("has characters a URL path", _("The path has characters a URL path cannot have.")),
+    (
+        "is not an ASCII URL",
+        _("Only ASCII characters, at most 255 bytes (all a DHCP option holds)."),
+    ),
+)
+
+
 def validate_captive_portal_url(text: str) -> None:
     """The compiler's own check (CaptivePortalUrl): what the form accepts, Kea accepts."""
     if text:
         try:
             CaptivePortalUrl(text)
         except SnapshotError as exc:
-            raise ValidationError(str(exc)) from None
+            reason = next((m for words, m in CAPTIVE_URL_REASONS if words in str(exc)), None)
+            raise ValidationError(reason or str(exc)) from None
 
 
 class DhcpSettings(models.Model):

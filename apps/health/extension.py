@@ -11,6 +11,7 @@ from django.utils import timezone
 from apps.firewall.extensions import FirewallExtension, Roles
 from apps.firewall.models import FirewallHost
 from apps.health.models import HostHealthSample
+from apps.health.resolver import resolver_rates
 from apps.health.selectors import firewall_host_states, host_health_series, quota_hit_members
 from apps.health.services import host_warnings
 
@@ -21,12 +22,15 @@ class HealthFirewallExtension(FirewallExtension):
 
     def host_detail_context(self, *, host: FirewallHost) -> dict[str, Any]:
         sample = host.health_samples.first()
+        previous = host.health_samples.filter(reachable=True)[1:2].first() if sample else None
         state = next((st for st in firewall_host_states() if st.host.pk == host.pk), None)
         return {
             "sample": sample,
             "warnings": state.warnings if state else host_warnings(host=host, sample=sample),
             "state": state,
             "quota_hits": quota_hit_members(sample),
+            # The members' resolver: rates between the two newest samples (None: no pair yet).
+            "resolver_rates": resolver_rates(sample, previous) if previous else None,
             # The charts draw times in the portal's zone, not the browser's.
             "series": {**host_health_series(host=host), "tz": timezone.get_current_timezone_name()},
         }

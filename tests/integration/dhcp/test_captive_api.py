@@ -134,7 +134,7 @@ def test_the_setting_reaches_kea_and_the_rule_set_with_the_next_compile():
     ("url", "message"),
     [
         ("http://portal.example.org/api/captive-portal/", "https://"),
-        ("https://203.0.113.80/api/captive-portal/", "not a domain name"),
+        ("https://203.0.113.80/api/captive-portal/", "not an IP address"),
         ('https://portal.example.org/"injected', "cannot have"),
     ],
 )
@@ -146,3 +146,15 @@ def test_the_admin_refuses_a_url_kea_would_not_get(url, message):
     with pytest.raises(ValidationError, match=message):
         row.full_clean()
     assert DhcpSettings.objects.get(id=1).captive_portal_url == ""
+
+
+def test_the_admins_message_about_a_bad_captive_url_speaks_german_too():
+    from django.core.exceptions import ValidationError
+    from django.utils import translation
+
+    row = DhcpSettings.load()
+    row.captive_portal_url = "http://portal.example.org/api/captive-portal/"
+    with translation.override("de"):
+        with pytest.raises(ValidationError) as caught:
+            row.full_clean()
+        assert "muss mit https:// beginnen" in str(caught.value)
