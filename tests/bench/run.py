@@ -523,6 +523,31 @@ def dhcp_api_to_lease() -> Iterable[Row]:
     yield (f"  same, p95 (max {r['max']:.2f} s)", f"{r['p95']:.2f}", "s", "< 1 s")
 
 
+@benchmark("Resolver: dnsperf against a site's Unbound, DNS untracked vs. tracked (lab)")
+def resolver_dnsperf() -> Iterable[Row]:
+    """tests.bench.resolver_bench: cached and uncached names, the rule set with and without
+    the resolver in dns4 (conntrack forced on for DNS), one run."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.resolver_bench"],
+        cwd=ROOT, check=True, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    for names in ("cached", "uncached"):
+        for mode, label in (("untracked", "untracked (the portal's rule set)"),
+                            ("tracked", "conntrack forced on for DNS")):  # fmt: skip
+            case = r[f"{mode}_{names}"]
+            yield (f"{names} names, {label}: queries/s", f"{case['qps']:.0f}", "q/s", "")
+            yield (
+                f"  same, p95 latency (p50 {case['p50_ms']:.2f} ms, lost {case['lost']}, "
+                f"conntrack entries after {case['conntrack_entries']:.0f})",
+                f"{case['p95_ms']:.2f}",
+                "ms",
+                "",
+            )
+
+
 @benchmark("HA pair: 1,000 flows through 10 failovers and 10 failbacks; conntrackd sync load (lab)")
 def ha_failover() -> Iterable[Row]:
     """tests.bench.ha_bench on a scratch database seeded with the demo's 50 members."""
