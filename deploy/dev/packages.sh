@@ -10,7 +10,7 @@ PACKAGES=(
   nftables iproute2 iputils-ping openssh-server openssh-client socat netcat-openbsd
   chromium fonts-dejavu-core gettext nginx-light openssl systemd dovecot-imapd
   kea-dhcp4-server kea-admin isc-dhcp-client conntrack conntrackd keepalived hping3 prometheus
-  prometheus-alertmanager rsync qemu-system-x86 busybox-static iperf3
+  prometheus-alertmanager rsync qemu-system-x86 busybox-static iperf3 unbound dnsperf bind9-dnsutils
 )
 # Tests may add a package name here to exercise the "missing package" path.
 if [[ -n "${PORTAL_EXTRA_PACKAGES:-}" ]]; then
