@@ -109,9 +109,7 @@ def live_states(
     earliest = min(changed_at.values())
     confirms: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
     for host_id, at, snapshot_at in (
-        PushLogEntry.objects.filter(
-            step="confirm", ok=True, version__snapshot_at__gte=earliest
-        )
+        PushLogEntry.objects.filter(step="confirm", ok=True, version__snapshot_at__gte=earliest)
         .order_by("at")
         .values_list("host_id", "at", "version__snapshot_at")
     ):
