@@ -99,6 +99,20 @@ class OfficeHoursView(StaffRequiredMixin, View):
         return Paginator(pending_queue(actor=request.user), 20).get_page(request.GET.get("page"))
 
 
+def member_action_forms(member: Member) -> dict[str, forms.Form]:
+    """The unbound forms of the member page's actions (the page, and its Actions section
+    rendered again after a change of status elsewhere on the page)."""
+    return {
+        "check_in": member_forms.CheckInForm(),
+        "suspend": member_forms.SuspendForm(),
+        "move": member_forms.MoveForm(),
+        "end": member_forms.EndForm(),
+        "contact": member_forms.ContactForm(
+            initial={"email": member.user.email, "phone": member.phone}
+        ),
+    }
+
+
 class MemberPage(StaffOr404Mixin, View):
     """The member page's parts shared by the page and its actions."""
 
@@ -113,15 +127,7 @@ class MemberPage(StaffOr404Mixin, View):
     def _render(
         self, request: HttpRequest, member: Member, bound: dict[str, forms.Form] | None = None
     ) -> HttpResponse:
-        action_forms = {
-            "check_in": member_forms.CheckInForm(),
-            "suspend": member_forms.SuspendForm(),
-            "move": member_forms.MoveForm(),
-            "end": member_forms.EndForm(),
-            "contact": member_forms.ContactForm(
-                initial={"email": member.user.email, "phone": member.phone}
-            ),
-        }
+        action_forms = member_action_forms(member)
         action_forms.update(bound or {})
         audit = Paginator(audit_for_member(member=member).select_related("actor"), 25).get_page(
             request.GET.get("audit_page")
