@@ -34,6 +34,7 @@ from apps.members.extensions import member_extensions
 from apps.members.models import Member
 from apps.members.privacy import member_data_export
 from apps.members.selectors import (
+    SEARCH_ALL_LIMIT,
     SEARCH_LIMIT,
     member_get,
     member_history,
@@ -75,16 +76,30 @@ class OfficeHoursView(StaffRequiredMixin, View):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         query = request.GET.get("q", "")
-        # One more than is shown, to say "showing the first N" only when there are more.
-        results = member_search(actor=request.user, query=query, limit=SEARCH_LIMIT + 1)
+        show_all = request.GET.get("all") == "1"
+        limit = SEARCH_ALL_LIMIT if show_all else SEARCH_LIMIT
+        # One more than is shown, to know whether there are more.
+        results = member_search(actor=request.user, query=query, limit=limit + 1)
+        more = len(results) > limit
+        total = len(results[:limit])
+        if more and not show_all:
+            # How many there are (up to the "show all" bound): the desk is told, not cut off.
+            everyone = member_search(actor=request.user, query=query, limit=SEARCH_ALL_LIMIT + 1)
+            total = min(len(everyone), SEARCH_ALL_LIMIT)
+            more_than_all = len(everyone) > SEARCH_ALL_LIMIT
+        else:
+            more_than_all = more
         template = "members/office_hours.html"
         context: dict[str, Any] = {
             "query": query.strip(),
             "kind": search_kind(query),
-            "results": results[:SEARCH_LIMIT],
+            "results": results[:limit],
             "leases": lease_search(kind=search_kind(query), query=query.strip()),
-            "more_results": len(results) > SEARCH_LIMIT,
-            "search_limit": SEARCH_LIMIT,
+            "more_results": more,
+            "show_all": show_all,
+            "total_results": total,
+            "more_than_all": more_than_all,
+            "search_limit": limit,
         }
         if htmx_partial(request):
             target = request.htmx.target or "search-results"
@@ -161,6 +176,9 @@ class MemberActionView(MemberPage):
     def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def make_form(self, data: Any, member: Member) -> forms.Form:
+        return self.form_class(data)
+
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         """A reload (or a link on a refused form's page) shows the page itself."""
         query = request.META.get("QUERY_STRING", "")
@@ -171,7 +189,7 @@ class MemberActionView(MemberPage):
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         member = self._member(request, pk)
         key = self.action.replace("-", "_")
-        form = self.form_class(request.POST)
+        form = self.make_form(request.POST, member)
         if not form.is_valid():
             box = self.confirm_box
             if box in form.errors:  # said at the top too: the form may be far down the page
@@ -211,6 +229,9 @@ class MemberMoveView(MemberActionView):
     action = "move"
     form_class = member_forms.MoveForm
     done = gettext_lazy("%(member)s moved; the devices have their new addresses.")
+
+    def make_form(self, data: Any, member: Member) -> forms.Form:
+        return member_forms.MoveForm(data, member=member)
 
     def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
         services.member_move(member=member, room=data["room"], actor=actor)

@@ -8,7 +8,7 @@ import ipaddress
 import re
 
 from django.db.models import CharField, F, Func, QuerySet, TextField, Value
-from django.db.models.functions import Cast, Collate
+from django.db.models.functions import Cast, Collate, Lower
 from django.utils.translation import gettext as _
 
 from apps.core.mac import mac_fragment, mac_parse
@@ -38,7 +38,57 @@ def member_search_found(*, kind: str, query: str, limit: int) -> Found:
         return _ipv4_start_found(query, limit)
     if kind == "mac-part":
         return _mac_part_found(mac_fragment(query), limit, query=query)
+    if kind == "ipv6-suffix":
+        return _ipv6_suffix_found(query, limit)
+    if kind == "device-name":
+        return _device_name_found(query, limit)
     return []
+
+
+# The last groups of an IPv6 address as typed: "::1a2b", "fedd:eeff", "ccff:fedd:eeff".
+IPV6_SUFFIX = re.compile(r"^[0-9a-f]{1,4}(:[0-9a-f]{1,4}){0,6}$")
+
+
+def _ipv6_suffix_found(query: str, limit: int) -> Found:
+    """Devices whose IPv6 address ends with these groups (an interface identifier, "::1a2b"):
+    the reversed address text starts with them reversed, so the btree of network migration
+    0010 answers it as a prefix."""
+    suffix = query.strip().strip("[]").lower().lstrip(":")
+    if not IPV6_SUFFIX.match(suffix):
+        return []
+    devices = (
+        Device.objects.filter(ipv6__isnull=False)
+        .annotate(rev=_ipv6_reversed_sql())
+        .filter(rev__startswith=(":" + suffix)[::-1])
+        .order_by("rev")
+        .values_list("member_id", "name", "ipv6")[:limit]
+    )
+    return [(pk, _("IPv6 of device {}").format(name) + f" ({ip})") for pk, name, ip in devices]
+
+
+def _ipv6_reversed_sql() -> Collate:
+    # The expression of the index network_device_ipv6_rev_c (network migration 0010).
+    return Collate(
+        Func(
+            Func(F("ipv6"), function="HOST", output_field=CharField()),
+            function="REVERSE",
+            output_field=CharField(),
+        ),
+        "C",
+    )
+
+
+def _device_name_found(query: str, limit: int) -> Found:
+    """Devices whose name holds the words typed ("laptop", "tv living"), by name (trigram
+    index on the lower-case name, network migration 0010)."""
+    words = [w for w in query.lower().split() if len(w) >= 2][:4]
+    if not words:
+        return []
+    devices = Device.objects.annotate(lname=Lower("name"))
+    for word in words:
+        devices = devices.filter(lname__contains=word)
+    rows = devices.order_by("lname", "pk").values_list("member_id", "name")[:limit]
+    return [(pk, _("name of device {}").format(name)) for pk, name in rows]
 
 
 def _host_sql(field: str) -> Collate:
