@@ -15,6 +15,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
+from apps.core import localtime
 from apps.notifications.choices import LiveOutcome, LiveWhat, NoticeKind
 
 __all__ = ["notice_text"]
@@ -24,7 +25,7 @@ def _when(value: str | None) -> str:
     moment = parse_datetime(value or "")
     if moment is None:
         return ""
-    return formats.date_format(timezone.localtime(moment), "DATETIME_FORMAT")
+    return localtime.when(moment)
 
 
 def _day(value: str | None) -> str:
