@@ -248,10 +248,14 @@ def incident_notices_create(*, incident_id: int) -> int:
         .order_by("pk")
         .values_list("pk", flat=True)
     )
+    first = incident.updates.order_by("created_at", "id").first()
     params = {
         "incident": incident.pk,
         "title": incident.title,
+        "title_de": incident.title_de,
         "description": incident.description,
+        # The first update carries the description (and its German text, when written).
+        "description_de": first.body_de if first and first.body == incident.description else "",
         "buildings": [b.code for b in buildings],
         "started_at": incident.started_at.isoformat(),
     }
