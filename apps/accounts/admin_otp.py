@@ -33,6 +33,19 @@ LABELS = {
     "throttling_failure_timestamp": _("last failed attempt"),
     "throttling_failure_count": _("failed attempts in a row"),
 }
+HELP = {
+    "user": _("The login this device belongs to."),
+    "name": _("A name for this device that people recognise."),
+    "confirmed": _("Whether the device is ready for use."),
+    "key": _("The secret, in hex (up to 40 bytes)."),
+    "step": _("How many seconds each code is valid."),
+    "t0": _("The Unix time at which counting starts."),
+    "digits": _("How many digits a code has."),
+    "tolerance": _("How many time steps before or after now are accepted."),
+    "drift": _("How many time steps the device's clock is off."),
+    "throttling_failure_timestamp": _("When the last failed attempt was made."),
+    "throttling_failure_count": _("Failed attempts since the last success."),
+}
 HEADINGS = {
     "Identity": _("Identity"),
     "Timestamps": _("Times"),
@@ -96,6 +109,8 @@ class LabelledDeviceAdmin(admin.ModelAdmin):
         formfield = super().formfield_for_dbfield(db_field, request, **kwargs)
         if formfield is not None and db_field.name in LABELS:
             formfield.label = capfirst(LABELS[db_field.name])
+        if formfield is not None and db_field.name in HELP:
+            formfield.help_text = HELP[db_field.name]
         return formfield
 
 
@@ -113,7 +128,14 @@ class PortalStaticDeviceAdmin(LabelledDeviceAdmin, StaticDeviceAdmin):
 
 
 def register(site: admin.AdminSite) -> None:
-    """Put the labelled admins in place of django-otp's own."""
+    """Put the labelled admins in place of django-otp's own, and name their models in the
+    reader's language. Only the resolved names change, not `Meta.original_attrs`, from which
+    the migration autodetector reads a model's options: no migration inside the package."""
+    for model, one, many in (
+        (TOTPDevice, _("authenticator app"), _("authenticator apps")),
+        (StaticDevice, _("set of backup codes"), _("sets of backup codes")),
+    ):
+        model._meta.verbose_name, model._meta.verbose_name_plural = one, many
     for model, model_admin in (
         (TOTPDevice, PortalTOTPDeviceAdmin),
         (StaticDevice, PortalStaticDeviceAdmin),

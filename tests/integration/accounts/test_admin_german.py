@@ -75,7 +75,11 @@ def test_the_device_admins_read_in_german():
     text = page.content.decode()
     assert "Fehlversuche in Folge" in text
     assert "Authentifizierungs-Apps (TOTP)" in text
+    assert "Authentifizierungs-App hinzufügen" in text  # the model's name
+    assert "Wie viele Sekunden jeder Code gilt." in text  # its help texts
     assert "Throttling failure count" not in text
+    assert "TOTP device" not in text
+    assert "The time step in seconds." not in text
 
 
 def test_the_device_admins_list_and_show_a_device():
