@@ -93,6 +93,15 @@ def test_the_firewall_list_shows_warnings_and_failover_first_on_a_phone(browser,
     context.close()
 
 
+def test_office_hours_results_are_cards_on_a_phone(browser, live_server, data):
+    context, page = open_as(browser, live_server, "vic", 390)
+    page.goto(f"/office-hours/?q={data.room.label}")
+    row = page.locator("#search-results tbody tr").first
+    on_screen(page, row.locator("td[data-label]").last)  # the public IPv4
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    context.close()
+
+
 def test_at_desktop_width_they_stay_tables(browser, live_server, data):
     context, page = open_as(browser, live_server, "vic", 1280)
     page.goto("/firewalls/")
