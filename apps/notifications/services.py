@@ -24,15 +24,16 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from apps.audit.services import audit_changes, audit_record
-from apps.firewall.choices import LiveStatus
 from apps.firewall.live import live_attach, live_hosts
 from apps.infra.redis import redis_client
 from apps.members.choices import MemberStatus
 from apps.members.models import Member
+from apps.network.choices import LiveStatus
 from apps.notifications import dispatch
 from apps.notifications.choices import LiveOutcome, LiveWhat, MailStatus, NoticeKind
 from apps.notifications.mail import notices_mail
 from apps.notifications.models import LiveCheck, Notice, Preference
+from apps.notifications.subjects import incident_facts
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -234,29 +235,22 @@ def incident_notices_create(*, incident_id: int) -> int:
     """Tell every member living in a building of a public incident (once per member, however
     often this runs); returns how many members were asked to be told. Runs in a task: an outage
     of thousands of members never holds the request that declared it."""
-    from apps.tickets.models import Incident  # up a floor: the incident told about
-
-    incident = Incident.objects.filter(pk=incident_id).prefetch_related("buildings").first()
-    if incident is None or not incident.public or not incident.is_open:
-        return 0
-    buildings = list(incident.buildings.all())
-    if not buildings:
+    incident = incident_facts(incident_id)  # read by the tickets app (subjects.py)
+    if incident is None:
         return 0
     member_ids = (
-        Member.objects.filter(room__building__in=buildings)
+        Member.objects.filter(room__building__in=incident.building_ids)
         .exclude(status=MemberStatus.ENDED)
         .order_by("pk")
         .values_list("pk", flat=True)
     )
-    first = incident.updates.order_by("created_at", "id").first()
     params = {
         "incident": incident.pk,
         "title": incident.title,
         "title_de": incident.title_de,
         "description": incident.description,
-        # The first update carries the description (and its German text, when written).
-        "description_de": first.body_de if first and first.body == incident.description else "",
-        "buildings": [b.code for b in buildings],
+        "description_de": incident.description_de,
+        "buildings": list(incident.building_codes),
         "started_at": incident.started_at.isoformat(),
     }
     with transaction.atomic():
@@ -269,7 +263,7 @@ def incident_notices_create(*, incident_id: int) -> int:
         audit_record(
             actor=None,
             action="notice.incident",
-            obj=incident,
+            obj=incident.row,
             changes={"members": [None, told], "buildings": [None, params["buildings"]]},
         )
     return told
