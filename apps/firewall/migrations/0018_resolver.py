@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("firewall", "0016_site_fast_path"),
+        ("firewall", "0017_alter_firewallhost_pinned_by"),
     ]
 
     operations = [
