@@ -139,14 +139,14 @@ compared AS (
            CASE WHEN r.set_name IN ('acct6n_in', 'acct6n_out')
                 THEN set_masklen(r.key::inet, 64) END AS net,
            c.id IS NOT NULL AND c.epoch = %(epoch)s AND r.octets >= c.octets AS continues,
-           c.packets AS last_packets, c.octets AS last_octets,
+           c.id AS counter_id, c.packets AS last_packets, c.octets AS last_octets,
            c.id IS NOT NULL AND c.epoch = %(epoch)s AND c.packets = r.packets
                AND c.octets = r.octets AS same
     FROM reading r
     LEFT JOIN traffic_trafficcounter c
         ON c.host_id = %(host)s AND c.set_name = r.set_name AND c.key = r.key
 )
-SELECT x.set_name, x.key, x.packets, x.octets,
+SELECT x.set_name, x.key, x.packets, x.octets, x.counter_id,
        CASE WHEN x.continues THEN greatest(x.packets - x.last_packets, 0)
             ELSE x.packets END AS d_packets,
        CASE WHEN x.continues THEN x.octets - x.last_octets ELSE x.octets END AS d_octets,
@@ -163,17 +163,39 @@ LEFT JOIN net_owner n
 WHERE NOT x.same
 """
 
-BUCKETS = """
+# The hour's sums per owner, and the bucket each one adds to when it exists already: those are
+# updated by id (a join, and HOT updates: the summed columns are in no index), the others
+# inserted (ON CONFLICT: the pair's other host may add the same bucket at the same moment).
+SUMS = """
+CREATE TEMPORARY TABLE traffic_sum ON COMMIT DROP AS
+SELECT s.*, b.id AS bucket_id FROM (
+    SELECT member_id, device_id,
+           coalesce(sum(d_octets) FILTER (WHERE inbound), 0) AS bytes_in,
+           coalesce(sum(d_octets) FILTER (WHERE NOT inbound), 0) AS bytes_out,
+           coalesce(sum(d_packets) FILTER (WHERE inbound), 0) AS packets_in,
+           coalesce(sum(d_packets) FILTER (WHERE NOT inbound), 0) AS packets_out
+    FROM traffic_delta
+    WHERE member_id IS NOT NULL AND (d_octets <> 0 OR d_packets <> 0)
+    GROUP BY member_id, device_id
+) AS s
+LEFT JOIN traffic_trafficbucket b
+    ON b.member_id = s.member_id AND b.device_id = s.device_id AND b.site_id = %(site)s
+    AND b.start = %(start)s AND b.span = %(span)s
+"""
+
+BUCKETS_ADD = """
+UPDATE traffic_trafficbucket b SET
+    bytes_in = b.bytes_in + s.bytes_in, bytes_out = b.bytes_out + s.bytes_out,
+    packets_in = b.packets_in + s.packets_in, packets_out = b.packets_out + s.packets_out
+FROM traffic_sum s WHERE b.id = s.bucket_id
+"""
+
+BUCKETS_NEW = """
 INSERT INTO traffic_trafficbucket
     (member_id, device_id, site_id, start, span, bytes_in, bytes_out, packets_in, packets_out)
 SELECT member_id, device_id, %(site)s, %(start)s, %(span)s,
-       coalesce(sum(d_octets) FILTER (WHERE inbound), 0),
-       coalesce(sum(d_octets) FILTER (WHERE NOT inbound), 0),
-       coalesce(sum(d_packets) FILTER (WHERE inbound), 0),
-       coalesce(sum(d_packets) FILTER (WHERE NOT inbound), 0)
-FROM traffic_delta
-WHERE member_id IS NOT NULL AND (d_octets <> 0 OR d_packets <> 0)
-GROUP BY member_id, device_id
+       bytes_in, bytes_out, packets_in, packets_out
+FROM traffic_sum WHERE bucket_id IS NULL
 ON CONFLICT (member_id, device_id, site_id, start, span) DO UPDATE SET
     bytes_in = traffic_trafficbucket.bytes_in + EXCLUDED.bytes_in,
     bytes_out = traffic_trafficbucket.bytes_out + EXCLUDED.bytes_out,
@@ -181,12 +203,18 @@ ON CONFLICT (member_id, device_id, site_id, start, span) DO UPDATE SET
     packets_out = traffic_trafficbucket.packets_out + EXCLUDED.packets_out
 """
 
-COUNTERS = """
+# The host's new totals: known keys updated by id, new keys inserted (the host's row lock
+# serialises its readings, so no other reading inserts the same key meanwhile).
+COUNTERS_SET = """
+UPDATE traffic_trafficcounter c SET
+    epoch = %(epoch)s, packets = d.packets, octets = d.octets, seen_at = %(now)s
+FROM traffic_delta d WHERE c.id = d.counter_id
+"""
+
+COUNTERS_NEW = """
 INSERT INTO traffic_trafficcounter (host_id, set_name, key, epoch, packets, octets, seen_at)
 SELECT %(host)s, set_name, key, %(epoch)s, packets, octets, %(now)s FROM traffic_delta
-ON CONFLICT (host_id, set_name, key) DO UPDATE SET
-    epoch = EXCLUDED.epoch, packets = EXCLUDED.packets, octets = EXCLUDED.octets,
-    seen_at = EXCLUDED.seen_at
+WHERE counter_id IS NULL
 """
 
 OUTCOME = """
@@ -217,11 +245,14 @@ def traffic_store(
                     copy.write_row((row.set_name, row.key, row.packets, row.octets))
             cursor.execute("ANALYZE traffic_reading")
             cursor.execute(DELTAS, params)
-            cursor.execute(BUCKETS, params)
-            cursor.execute(COUNTERS, params)
+            cursor.execute(SUMS, params)
+            cursor.execute(BUCKETS_ADD, params)
+            cursor.execute(BUCKETS_NEW, params)
+            cursor.execute(COUNTERS_SET, params)
+            cursor.execute(COUNTERS_NEW, params)
             cursor.execute(OUTCOME)
             changed, total, unattributed = cursor.fetchone()
-            cursor.execute("DROP TABLE traffic_reading, traffic_delta")
+            cursor.execute("DROP TABLE traffic_reading, traffic_delta, traffic_sum")
     return TrafficOutcome(
         host.name, True, keys=len(rows), changed=changed, octets=int(total),
         unattributed=int(unattributed),
