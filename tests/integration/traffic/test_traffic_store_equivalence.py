@@ -204,3 +204,54 @@ def test_a_reading_with_a_key_twice_is_stored_once():
     outcome = traffic_store(host=nat1, epoch="e", rows=[row, row], now=NOW)
     assert outcome.changed == 1
     assert TrafficBucket.objects.get().bytes_in == 2000
+
+
+def _parse_with_ipaddress(data):
+    """The former parse (ipaddress per key): the reference for the keys' canonical text."""
+    rows, skipped = [], 0
+    for name, items in data["sets"].items():
+        kind = ACCT_SETS[name][1]
+        for key, packets, octets in items:
+            try:
+                address = ipaddress.ip_address(key)
+            except ValueError:
+                skipped += 1
+                continue
+            if (address.version == 4) != (kind == "4") or (
+                kind == "net" and int(address) & (2**64 - 1)
+            ):
+                skipped += 1
+                continue
+            rows.append(Row(name, str(address), packets, octets))
+    return rows, skipped
+
+
+def test_the_parse_writes_keys_as_the_former_parse_did():
+    """Stored counters are found again after the upgrade: the same canonical key text."""
+    from apps.traffic.services import traffic_reply_parse
+
+    keys4 = [
+        "10.1.2.3",
+        "0.0.0.0",  # noqa: S104 - a key, not a bind
+        "255.255.255.255",
+        "10.01.2.3",
+        "1.2.3",
+        "2001:db8::1",
+        "",
+    ]
+    keys6 = [
+        "2001:db8:0:0:0:0:0:1", "2001:DB8::1", "2001:db8:0:1:0:0:0:0", "::", "::1",
+        "2001:0db8:0000:0000:0001:0000:0000:0001", "fe80::1:0:0:0", "2001:db8::0:1:0:0:1",
+        "10.1.2.3", "2001:db8::g", "::ffff:10.1.2.3",
+    ]  # fmt: skip
+    nets = ["2001:db8:100:1::", "2001:DB8:100:0001:0::", "2001:db8:100:1::5", "::"]
+    data = {
+        "epoch": "ab",
+        "sets": {
+            "acct4_in": [[k, 1, 2] for k in keys4],
+            "acct6_out": [[k, 1, 2] for k in keys6],
+            "acct6n_in": [[k, 1, 2] for k in nets],
+        },
+    }
+    _epoch, rows, skipped = traffic_reply_parse(data)
+    assert (rows, skipped) == _parse_with_ipaddress(data)
