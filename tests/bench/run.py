@@ -738,6 +738,28 @@ def sites_portal_wide() -> Iterable[Row]:
         )
 
 
+@benchmark(
+    "tc layouts: the full shaping tree at 12,500 to 50,000 classes, side by side (namespace)"
+)
+def tc_layouts() -> Iterable[Row]:
+    """tests.bench.tc_layouts_bench (root; the lab lock is the caller's, as for every section)."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.tc_layouts_bench"],
+        cwd=ROOT, check=True, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    for r in json.loads(out.stdout.strip().splitlines()[-1])["results"]:
+        note = f" (failed: {r['failed'][:80]})" if r["failed"] else ""
+        yield (
+            f"{r['classes']:,} classes over 2 links, layout {r['layout']}: tc -batch wall time "
+            f"[CPU: kernel {r['sys']:.2f} s, tc {r['user']:.2f} s]{note}",
+            f"{r['wall']:.2f}",
+            "s",
+            "< 8 s" if r["classes"] == 50000 else "",
+        )
+
+
 @benchmark("Tickets: mail ingest, mass reply, status page")
 def tickets_mail_and_status() -> Iterable[Row]:
     """tests/bench/tickets_bench.py in a scratch database (real SMTP, real gunicorn)."""
