@@ -11,7 +11,8 @@ from start to exit, with the child's user and system CPU time (os.wait4): user t
 parsing, system time the kernel (rtnl, the qdisc). Layouts: `htb` (one HTB root per link, one
 tc -batch: what the compiler emits by default), `mqN` (mq and one HTB per queue, one batch: the
 compiler's mq layout with N queues), `... x2` (the same text as one batch per link, both running
-at once: rtnl serialises them). No filters in any: the nft `shape` chain classifies
+at once: rtnl serialises them). Then the member classes once more onto the tree just built
+(`class replace` of classes that exist): what a full load costs that keeps the tree. No filters in any: the nft `shape` chain classifies
 (`meta priority set` map), so there is no tc filter to scale.
 """
 
@@ -123,6 +124,20 @@ def main() -> None:
                 links(queues)
                 r = cpu_of(paths)
                 r.update(layout=layout, classes=total)
+                # The same classes loaded again onto the tree just built: what a full load costs
+                # when it keeps the tree (class replace of existing classes) instead of
+                # rebuilding it through pfifo.
+                again = os.path.join(tmp, "again.tc")
+                with open(again, "w") as f:
+                    f.writelines(
+                        line
+                        for text in texts
+                        for line in text.splitlines(True)
+                        if line.startswith("class replace")
+                        and " classid " in line
+                        and not line.split(" classid ")[1].split()[0].endswith(":2")
+                    )
+                r["again"] = cpu_of([again])
                 results.append(r)
                 print(json.dumps(r), file=sys.stderr, flush=True)  # noqa: T201
     print(json.dumps({"results": results}))  # noqa: T201
