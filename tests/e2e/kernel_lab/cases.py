@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from portal_fw import offload, probes
 from tests.e2e.kernel_lab.vm import Case
 from tests.e2e.ruleset.scenario import DORM_ADDRESSES, HOST, POLICY, lab_members
 from workers.ruleset import compile_snapshot
@@ -50,6 +51,8 @@ c=$!
 wait_entry 'src=10.100.0.10 dst=203.0.113.10' '{expect}'
 echo "offload_out=$(offloaded 'src=10.100.0.10 dst=203.0.113.10')"
 block conntrack_out in_ns $FW conntrack -L
+# What the host agent's health sample asks (portal_fw/offload.py), during the transfer.
+block offload_listing in_ns $FW sh -c "{offload_commands}"
 wait $c
 # Inbound: the Internet to member 1's forward 198.51.100.5:7007 (DNAT to 10.100.0.10:7007).
 in_ns $INET timeout 20 iperf3 -c 198.51.100.5 -p 7007 -t {seconds} -J > in.json &
@@ -143,23 +146,91 @@ echo "quota_dropped=$(rule_counter to_members 'quota: forwarded connections')"
 block quota_hit in_ns $FW nft list set inet portal_fw quota_hit4
 """
 
+# The host agent's flowtable probe (portal_fw/probes.py): its text, on the interface it would
+# pick from the site's rule set, checked with the modules unloaded (a fresh Debian host has
+# them on disk, not loaded): the check loads them itself.
+PROBE = """
+rmmod nft_flow_offload nf_flow_table_inet nf_flow_table
+echo "modules_before=$(lsmod | grep -c '^nf_flow_table')"
+in_ns $FW nft -c -f probe.nft
+echo "probe=$?"
+echo "modules_after=$(lsmod | grep -c '^nf_flow_table_inet')"
+echo "tables_after=$(in_ns $FW nft list tables | wc -l)"
+modprobe nft_flow_offload
+"""
+
+# An IPv6 opening removed under an offloaded flow (member 1's device, openings tcp 2222 and
+# 2230 from the Internet); the rule set then loses the one on 2222. The same as
+# FORWARD_REMOVED, for IPv6 (opening_kept).
+OPENING_REMOVED = """
+export CT_FAMILY=ipv6
+load_rules . || exit 3
+in_ns $DORM iperf3 -s -1 -p 2222 -B 2001:db8:100:1::10 > server_gone.log 2>&1 &
+in_ns $DORM iperf3 -s -1 -p 2230 -B 2001:db8:100:1::10 > server_kept.log 2>&1 &
+sleep 1
+in_ns $INET timeout 300 iperf3 -6 -c 2001:db8:100:1::10 -p 2222 -t 280 -i 1 --forceflush > gone.log 2>&1 &
+g=$!
+in_ns $INET timeout 300 iperf3 -6 -c 2001:db8:100:1::10 -p 2230 -t 280 -i 1 --forceflush > kept.log 2>&1 &
+k=$!
+wait_entry 'dport=2222 ' '[OFFLOAD]'
+wait_entry 'dport=2230 ' '[OFFLOAD]'
+echo "offload_gone_before=$(offloaded 'dport=2222 ')"
+echo "offload_kept_before=$(offloaded 'dport=2230 ')"
+in_ns $FW nft -f rules2.nft
+echo "reload=$?"
+wait_entry 'dport=2230 ' '[OFFLOAD]'
+sleep 1
+echo "offload_gone_after=$(offloaded 'dport=2222 ')"
+echo "offload_kept_after=$(offloaded 'dport=2230 ')"
+block after_conntrack in_ns $FW conntrack -L -f ipv6
+sleep 2
+echo "gone_alive=$(kill -0 $g 2>/dev/null && echo yes || echo no)"
+echo "kept_alive=$(kill -0 $k 2>/dev/null && echo yes || echo no)"
+kill $k $g 2>/dev/null
+block gone cat gone.log
+block kept cat kept.log
+echo "ended=$(rule_counter opening_kept 'opening removed: its connection ends')"
+"""
+
 QUOTA_IN = 100
 SETUP = f'topo "{DORM}"\n'
+
+
+def with_openings(*ports: int) -> tuple[s.Member, ...]:
+    """The lab's members with member 1's TCP openings on exactly `ports` (its UDP one kept)."""
+    m1, *rest = lab_members()
+    udp = tuple(o for o in m1.openings if o.protocol != "tcp")
+    tcp = tuple(s.Opening(100 + p, 10, "tcp", p) for p in ports)
+    return (dataclasses.replace(m1, openings=udp + tcp), *rest)
 
 
 def all_cases() -> list[Case]:
     """Every kernel-lab case, in the order the VM runs them."""
     flood_policy = dataclasses.replace(POLICY, conntrack_quota_in=QUOTA_IN)
+    site_rules = rules()["rules.nft"]
+    device = next(iter(probes.flowtable_devices(site_rules)))
+    offload_commands = "; ".join(" ".join(argv) for argv in offload.COMMANDS)
     return [
+        Case("flowtable_probe", PROBE, {"probe.nft": probes.flowtable_probe_text(device)}),
         Case(
             "fast_path_on",
-            TRAFFIC.format(seconds=TRANSFER_S, port=PROBE_PORT, expect="[OFFLOAD]"),
+            TRAFFIC.format(
+                seconds=TRANSFER_S,
+                port=PROBE_PORT,
+                expect="[OFFLOAD]",
+                offload_commands=offload_commands,
+            ),
             rules(),
             timeout=100,
         ),
         Case(
             "fast_path_off",
-            TRAFFIC.format(seconds=CONTROL_S, port=PROBE_PORT, expect="ESTABLISHED"),
+            TRAFFIC.format(
+                seconds=CONTROL_S,
+                port=PROBE_PORT,
+                expect="ESTABLISHED",
+                offload_commands=offload_commands,
+            ),
             rules(HOST),
             timeout=100,
         ),
@@ -168,6 +239,15 @@ def all_cases() -> list[Case]:
             "forward_removed",
             FORWARD_REMOVED,
             {**rules(), "rules2.nft": rules(members=without_forward(7007))["rules.nft"]},
+            timeout=150,
+        ),
+        Case(
+            "opening_removed",
+            OPENING_REMOVED,
+            {
+                **rules(members=with_openings(2222, 2230)),
+                "rules2.nft": rules(members=with_openings(2230))["rules.nft"],
+            },
             timeout=150,
         ),
         Case(

@@ -64,14 +64,15 @@ load_rules() {  # load_rules DIR : tc batch, then the nft transaction, as the ho
     stamp loaded
 }
 
+# The family `conntrack -L` lists (it lists IPv4 alone unless told): CT_FAMILY=ipv6 for IPv6.
 offloaded() {  # offloaded PATTERN : conntrack entries marked [OFFLOAD] matching PATTERN
-    in_ns $FW conntrack -L 2>/dev/null | grep -F '[OFFLOAD]' | grep -c -- "$1"
+    in_ns $FW conntrack -L -f ${CT_FAMILY:-ipv4} 2>/dev/null | grep -F '[OFFLOAD]' | grep -c -- "$1"
 }
 
 wait_entry() {  # wait_entry PATTERN [TEXT] : until a conntrack line holds PATTERN (and TEXT), <= 15 s
     i=0
     while [ $i -lt 30 ]; do
-        in_ns $FW conntrack -L 2>/dev/null | grep -- "$1" | grep -qF -- "${2:-$1}" && return 0
+        in_ns $FW conntrack -L -f ${CT_FAMILY:-ipv4} 2>/dev/null | grep -- "$1" | grep -qF -- "${2:-$1}" && return 0
         sleep 0.5
         i=$((i + 1))
     done
@@ -102,6 +103,7 @@ reset_lab() {  # between cases: no process, rule set, shaper or conntrack entry 
     in_ns $FW nft delete table inet portal_fw 2>/dev/null
     for dev in pl-cfwu pl-cfwd; do in_ns $FW tc qdisc del dev $dev root 2>/dev/null; done
     in_ns $FW conntrack -F 2>/dev/null
+    in_ns $FW conntrack -F -f ipv6 2>/dev/null
     return 0
 }
 
