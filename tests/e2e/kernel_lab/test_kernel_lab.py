@@ -113,7 +113,7 @@ def test_a_forward_removed_keeps_the_flows_of_the_other_forwards(case) -> None:
     """Was xfail (the kept flow ended in about 1 run of 3): the replaced fwd_keys_tcp, an
     interval set of concatenations, gets its elements after the new rules took over, so for
     that moment forward_kept found no forward and reset the flow. Its check now waits for the
-    set's live element (workers/ruleset/build.py LIVE_SENTINEL4)."""
+    set's live element (workers/ruleset/sets.py LIVE_SENTINEL4)."""
     r = case("forward_removed")
     values = r.values()
     # The flow whose forward stays runs on, offloaded again in the new flowtable.
