@@ -15,7 +15,7 @@ from test_push import helper_events, loaded
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry
-from apps.firewall.rollout import ruleset_rollout
+from apps.firewall.order import ruleset_rollout
 from portal_fw import probes
 
 pytestmark = [pytest.mark.lab, pytest.mark.django_db]
@@ -53,10 +53,12 @@ def test_a_fast_path_bundle_is_refused_on_a_kernel_without_flowtables(hosts, cli
     # Refused by the first host at the check: the second never gets it.
     assert len(outcomes) == 1
     assert outcomes[0].step == "check"
-    assert outcomes[0].message == f"the host refused the bundle: {REFUSAL}"
+    # The agent's message, then its detail: what nft said to the probe.
+    assert outcomes[0].message.startswith(f"the host refused the bundle: {REFUSAL}")
+    assert "No such file or directory" in outcomes[0].message
     first, second = (FirewallHost.objects.get(pk=h.pk) for h in hosts)
     assert first.push_status == PushStatus.ERROR
-    assert first.error_reason == f"check: the host refused the bundle: {REFUSAL}"
+    assert first.error_reason.startswith(f"check: the host refused the bundle: {REFUSAL}")
     assert second.push_status == PushStatus.PENDING
     assert not PushLogEntry.objects.filter(host=second, version__in=fast).exists()
     assert helper_events("pl-nat2") == second_events
