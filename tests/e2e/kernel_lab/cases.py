@@ -10,12 +10,15 @@ client 203.0.113.10.
 from __future__ import annotations
 
 import dataclasses
+from ipaddress import IPv4Address
 
 from portal_fw import offload, probes
 from tests.e2e.kernel_lab.vm import Case
 from tests.e2e.ruleset.scenario import DORM_ADDRESSES, HOST, POLICY, lab_members
 from workers.ruleset import compile_snapshot
 from workers.ruleset import snapshot as s
+from workers.ruleset.ha import conntrackd_config
+from workers.ruleset.host import Ha
 
 FAST = dataclasses.replace(HOST, fast_path=True)
 DORM = " ".join(DORM_ADDRESSES)
@@ -192,6 +195,77 @@ block kept cat kept.log
 echo "ended=$(rule_counter opening_kept 'opening removed: its connection ends')"
 """
 
+# HA with the fast path: the primary ($FW) and a backup ($FW2) with the same rule set, each
+# with the product's conntrackd.conf (workers/ruleset/ha.py: FT-FW over UDP on pl-cfws). A
+# flow through member 1's forward is offloaded on the primary; then what the backup's
+# conntrackd holds of it; then a failover by hand (keepalived is not in the VM: see
+# deploy/kernel-lab/README.md): the primary's links go down, the backup runs what
+# portal-ha's notify runs on becoming primary (conntrackd -c, -f, -R, -B), the member and
+# Internet sides route through the backup. Does the flow go on, and is it offloaded there?
+HA_FAILOVER = """
+load_rules . || exit 3
+pair_up
+in_ns $FW2 tc -batch rules.tc && in_ns $FW2 nft -f rules.nft || exit 3
+mkdir -p /run/ctd-a /run/ctd-b
+in_ns $FW conntrackd -d -C ctd-a.conf
+in_ns $FW2 conntrackd -d -C ctd-b.conf
+sleep 2
+in_ns $DORM iperf3 -s -1 -p 7007 -B 10.100.0.10 > server.log 2>&1 &
+sleep 1
+in_ns $INET timeout 300 iperf3 -c 198.51.100.5 -p 7007 -t 280 -i 1 --forceflush > flow.log 2>&1 &
+c=$!
+wait_entry 'dport=7007 ' '[OFFLOAD]'
+echo "offload_primary=$(offloaded 'dport=7007 ')"
+sleep 3
+block primary_ct in_ns $FW conntrack -L
+block primary_internal in_ns $FW conntrackd -C ctd-a.conf -i
+block backup_external in_ns $FW2 conntrackd -C ctd-b.conf -e
+echo "backup_has=$(in_ns $FW2 conntrackd -C ctd-b.conf -e 2>/dev/null | grep -c 'dport=7007 ')"
+before=$(grep -c 'sec ' flow.log)
+# The failover.
+in_ns $FW ip link set pl-cfwu down
+in_ns $FW ip link set pl-cfwd down
+for step in -c -f -R -B; do in_ns $FW2 conntrackd -C ctd-b.conf $step; echo "backup_step$step=$?"; done
+in_ns $DORM ip route replace default via 10.100.0.1 dev pl-cdd2 onlink
+in_ns $INET ip route replace 198.51.100.0/24 via 203.0.113.1 dev pl-ciu2 onlink
+block backup_ct_committed in_ns $FW2 conntrack -L
+FW=$FW2 wait_entry 'dport=7007 ' '[OFFLOAD]'
+echo "offload_backup=$(FW=$FW2 offloaded 'dport=7007 ')"
+sleep 4
+block backup_ct_after in_ns $FW2 conntrack -L
+echo "alive=$(kill -0 $c 2>/dev/null && echo yes || echo no)"
+after=$(grep -c 'sec ' flow.log)
+echo "intervals_before=$before"
+echo "intervals_after=$after"
+kill $c 2>/dev/null
+sleep 1
+block flow cat flow.log
+block backup_forward in_ns $FW2 nft list chain inet portal_fw forward
+block backup_stats in_ns $FW2 conntrackd -C ctd-b.conf -s
+block ctd_a_log cat /run/ctd-a/conntrackd.log
+block ctd_b_log cat /run/ctd-b/conntrackd.log
+in_ns $FW conntrackd -C ctd-a.conf -k
+in_ns $FW2 conntrackd -C ctd-b.conf -k
+pair_down
+"""
+
+
+def conntrackd_conf(local: str, peer: str, run_dir: str) -> str:
+    """The product's conntrackd.conf for one firewall of the VM's pair."""
+    ha = Ha(
+        sync_interface="pl-cfws",
+        local4=IPv4Address(local),
+        peer4=IPv4Address(peer),
+        # the gateways keepalived would move (here they sit on both hosts from the start)
+        addresses4=(("pl-cfwd", "10.100.0.1/16"), ("pl-cfwu", "203.0.113.1/24")),
+        run_dir=run_dir,
+    )
+    snapshot = s.Snapshot(policy=POLICY, host=FAST, members=lab_members(), ha=ha)
+    text = conntrackd_config(snapshot)
+    assert text is not None
+    return text
+
+
 QUOTA_IN = 100
 SETUP = f'topo "{DORM}"\n'
 
@@ -249,6 +323,16 @@ def all_cases() -> list[Case]:
                 "rules2.nft": rules(members=with_openings(2230))["rules.nft"],
             },
             timeout=150,
+        ),
+        Case(
+            "ha_failover",
+            HA_FAILOVER,
+            {
+                **rules(),
+                "ctd-a.conf": conntrackd_conf("10.255.254.1", "10.255.254.2", "/run/ctd-a"),
+                "ctd-b.conf": conntrackd_conf("10.255.254.2", "10.255.254.1", "/run/ctd-b"),
+            },
+            timeout=120,
         ),
         Case(
             "floods",

@@ -157,6 +157,38 @@ def test_an_ipv6_opening_removed_ends_its_offloaded_flow(case) -> None:
     assert int(values["offload_kept_after"]) >= 1
 
 
+def test_a_failover_keeps_an_offloaded_connection(case) -> None:
+    """Two firewalls with the product's conntrackd.conf (FT-FW on a sync link): conntrackd
+    syncs an offloaded entry like any other (ESTABLISHED; its own cache keeps the OFFLOAD
+    flag); committed on the backup it is an ordinary ESTABLISHED entry with the full timeout
+    (no OFFLOAD bit: the backup's flowtable has no such flow); after the failover the flow's
+    packets take the backup's classic path, it goes on, and is offloaded there again.
+    keepalived is not in the VM (deploy/kernel-lab/README.md): the failover is by hand, with
+    the conntrackd steps portal-ha's notify runs on becoming primary."""
+    r = case("ha_failover")
+    values = r.values()
+    assert int(values["offload_primary"]) >= 1
+    assert int(values["backup_has"]) >= 1
+    synced = [line for line in r.block("backup_external").splitlines() if "dport=7007 " in line]
+    assert synced
+    assert all("ESTABLISHED" in line for line in synced)
+    assert any("[OFFLOAD]" in line for line in synced)
+    for step in ("-c", "-f", "-R", "-B"):  # commit, flush, resync, bulk send: all succeed
+        assert re.search(rf"^backup_step{step}=0$", r.output, re.M), step
+    committed = [
+        line for line in r.block("backup_ct_committed").splitlines() if "dport=7007 " in line
+    ]
+    assert committed
+    assert all("ESTABLISHED" in line and "[OFFLOAD]" not in line for line in committed)
+    assert int(values["offload_backup"]) >= 1
+    assert values["alive"] == "yes", r.block("flow")[-1500:]
+    # It carried data after the failover: several more intervals, the last ones not empty.
+    assert int(values["intervals_after"]) >= int(values["intervals_before"]) + 4
+    intervals = [line for line in r.block("flow").splitlines() if " sec " in line]
+    assert "0.00 Bytes" not in intervals[-1]
+    assert "error" not in r.block("flow")
+
+
 def test_flood_defences_on_debians_kernel(case) -> None:
     r = case("floods")
     values = r.values()
