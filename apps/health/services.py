@@ -71,7 +71,7 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
         interfaces=data.get("interfaces") or {},
         digest=str((data.get("digest") or {}).get("total") or "")[:64],
         ha=data.get("ha") or {},
-        conntrack_stats=conntrack.get("stats") or {},
+        conntrack_stats=conntrack_stats(conntrack),
         quota_hits=(conntrack.get("quota_hits") or [])[:50],
     )
     # A push may have confirmed while the answer was on its way: compare with what is stored.
@@ -79,6 +79,15 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
     if host.applied_at is None or host.applied_at <= asked:
         host_digest_compare(host=host, digest=data.get("digest") or {})
     return _store(host, sample)
+
+
+def conntrack_stats(conntrack: dict) -> dict:
+    """The sample's conntrack figures: the kernel's statistics and, from an agent that counts
+    them, the flows on the fast path ("offloaded": entries conntrack marks [OFFLOAD])."""
+    stats = dict(conntrack.get("stats") or {})
+    if isinstance(conntrack.get("offloaded"), int):
+        stats["offloaded"] = conntrack["offloaded"]
+    return stats
 
 
 def host_digest_compare(*, host: FirewallHost, digest: dict) -> list[str]:
@@ -218,6 +227,9 @@ def conntrack_warnings(*, host: FirewallHost, sample: HostHealthSample) -> list[
 
 
 FAMILY_LABELS = {"ipv4": "IPv4", "ipv6": "IPv6"}
+# An operator's priority file at this value (or below) puts the instance into FAULT on purpose
+# (`lab.sh failover`; workers/ruleset/ha.py: track_file with weight 1).
+OPERATOR_FAULT_PRIORITY = -254
 
 
 def vrrp_roles(sample: HostHealthSample | None) -> dict[str, str]:
@@ -280,18 +292,22 @@ def ha_warnings(*, host: FirewallHost, sample: HostHealthSample) -> list[HealthW
                 _("State sync errors rising: %(what)s.") % {"what": ", ".join(rising)},
             )
         )
+    operator = ha.get("operator_priority") or {}
     for name, state in sorted(vrrp_roles(sample).items()):
-        if state == "FAULT":
-            found.append(
-                HealthWarning(
-                    "vrrp-fault",
-                    _(
-                        "%(family)s failover instance in FAULT: this host gave up the role (a "
-                        "tracked link is down, or an operator's failover set its priority file)."
-                    )
-                    % {"family": FAMILY_LABELS[name]},
-                )
+        if state != "FAULT":
+            continue
+        if operator.get(name, 0) <= OPERATOR_FAULT_PRIORITY:
+            # The host's priority file says so (portal-ha reports it): a deliberate move.
+            message = _(
+                "%(family)s: an operator moved the primary role to the other host (priority "
+                "failover); this host gives the role back when its priority file is reset."
             )
+        else:
+            message = _(
+                "%(family)s failover instance in FAULT: a tracked link of this host is down, so "
+                "it gave up the role."
+            )
+        found.append(HealthWarning("vrrp-fault", message % {"family": FAMILY_LABELS[name]}))
     return found
 
 
