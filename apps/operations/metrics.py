@@ -135,6 +135,12 @@ class PortalCollector:
             "insert_failed; rising: the table is full or flooded)",
             labels=["host"],
         )
+        offloaded = GaugeMetricFamily(
+            "portal_firewall_offloaded_flows",
+            "Conntrack entries on the fast path ([OFFLOAD]: forwarded by the flowtable) at the "
+            "newest sample",
+            labels=["host"],
+        )
         now = timezone.now()
         latest: list[tuple[str, HostHealthSample | None]] = []
         for host in FirewallHost.objects.filter(enabled=True).select_related("site"):
@@ -162,6 +168,8 @@ class PortalCollector:
                 drops.add_metric(
                     [host.name], float(sum(stats.get(k, 0) for k in CONNTRACK_DROP_KEYS))
                 )
+            if isinstance(stats.get("offloaded"), int):
+                offloaded.add_metric([host.name], float(stats["offloaded"]))
             for cpu, share in enumerate(sample.softirq_per_cpu or []):
                 softirq.add_metric([host.name, str(cpu)], float(share))
             ha = sample.ha or {} if sample.reachable else {}
@@ -177,6 +185,7 @@ class PortalCollector:
                 sync_lost.add_metric([host.name], float(lost))
         yield from (reachable, behind, drift, ct, ct_max, drops, softirq, age, vrrp, daemon_up)
         yield sync_lost
+        yield offloaded
         yield from resolver_families(latest)
 
     def _pushes(self) -> Iterator[GaugeMetricFamily]:
