@@ -73,12 +73,27 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
         ha=data.get("ha") or {},
         conntrack_stats=conntrack.get("stats") or {},
         quota_hits=(conntrack.get("quota_hits") or [])[:50],
+        dhcp=_dhcp_state(data.get("dhcp")),
     )
     # A push may have confirmed while the answer was on its way: compare with what is stored.
     host.refresh_from_db(fields=["push_status", "applied_at", "confirmed_digest", "drift"])
     if host.applied_at is None or host.applied_at <= asked:
         host_digest_compare(host=host, digest=data.get("digest") or {})
     return _store(host, sample)
+
+
+def _dhcp_state(raw: object) -> dict:
+    """The host's Kea answer, typed: answering (bool), requests/answers (counts), error."""
+    if not isinstance(raw, dict):
+        return {}
+    state: dict = {"answering": raw.get("answering") is True}
+    for key in ("requests", "answers"):
+        value = raw.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            state[key] = value
+    if raw.get("error"):
+        state["error"] = str(raw["error"])[:300]
+    return state
 
 
 def host_digest_compare(*, host: FirewallHost, digest: dict) -> list[str]:
