@@ -1198,9 +1198,21 @@ cmd_ssh() { # nat1|nat2 VERB... (stdin passes through)
 		-i "$LAB_VAR/portal_ed25519" "root@${MGMT_ADDR[$host]}" "$@"
 }
 
+close_inherited_fds() {
+	# `flock /tmp/pl-lab.lock lab.sh up` hands its locked descriptor to lab.sh: the daemons
+	# started here (sshd, Kea, keepalived, nginx, ...) would keep it, and with it the lock, for
+	# as long as the lab runs. Nothing here needs a descriptor above 2 from its caller.
+	local fd
+	for fd in /proc/$$/fd/*; do
+		fd=${fd##*/}
+		[[ $fd =~ ^[0-9]+$ ]] && ((fd > 2 && fd != 255)) && eval "exec $fd>&-" 2>/dev/null || true
+	done
+}
+
 main() {
 	local cmd=${1:-}
 	[[ $# -gt 0 ]] && shift
+	close_inherited_fds
 	case "$cmd" in
 	up) cmd_up ;;
 	down) cmd_down ;;
