@@ -154,12 +154,14 @@ def stack(lab, live_server, django_db_setup, django_db_blocker, tmp_path_factory
 def portal_settings(settings, stack):
     from apps.infra.redis import redis_client
     from apps.tickets.publish import QUEUED_KEY
+    from apps.tickets.status import status_cache_refresh
 
     settings.PORTAL_ALERTS_WEBHOOK_SECRET = SECRET
     settings.PORTAL_ALERTS_HOLD_DOWN_SECONDS = HOLD_DOWN
     settings.PORTAL_STATUS_PUBLISH_TARGET = str(stack["status_root"])
     settings.PORTAL_HEALTH_DIGEST_INTERVAL = 3600  # the content digest is not what is tested
     redis_client().delete(QUEUED_KEY)  # a publish a test before left queued blocks nothing
+    status_cache_refresh()  # the banner and the page start from this test's database
 
 
 def firing(stack, *names: str) -> list[dict]:
@@ -183,7 +185,10 @@ def site(stack):
     )
     BuildingFactory(code="X1", name="Elsewhere")
     for order, (name, address) in enumerate(sorted(MGMT.items())):
-        FirewallHost.objects.create(name=name, address=address, site=lab_site, rollout_order=order)
+        FirewallHost.objects.create(
+            name=name, address=address, site=lab_site, rollout_order=order,
+            sync_interface="pl-sync",  # a pair: the status page tells when the backup serves
+        )  # fmt: skip
     return lab_site
 
 
