@@ -68,7 +68,7 @@ def offsite(path: str = "/") -> str:
     return got.stdout if got.returncode == 0 else ""
 
 
-def lab(*args: str) -> None:
+def labsh(*args: str) -> None:
     done = lab_sh(*args)
     assert done.returncode == 0, f"lab.sh {' '.join(args)}:\n{done.stderr}"
 
@@ -85,15 +85,15 @@ def get_json(url: str):
 
 
 @pytest.fixture(scope="module")
-def stack(lab, live_server, django_db_setup, django_db_blocker, tmp_path_factory):
-    """Prometheus, Alertmanager, a Celery worker and the status web host in pl-status."""
+def stack(lab, live_server, django_db_setup, tmp_path_factory):
+    """Prometheus, Alertmanager and the status web host in pl-status."""
     if not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")):
         pytest.fail("prometheus and prometheus-alertmanager are installed by `make test`")
     tmp = tmp_path_factory.mktemp("alertlab")
     status_root = tmp / "status"
     status_root.mkdir()
     status_root.chmod(0o755)
-    lab("status-web", str(status_root))
+    labsh("status-web", str(status_root))
     (tmp / "secret").write_text(SECRET)
     am_port, prom_port = free_port(), free_port()
     config = yaml.safe_load((PROM / "alertmanager.yml").read_text())
@@ -111,14 +111,6 @@ def stack(lab, live_server, django_db_setup, django_db_blocker, tmp_path_factory
         f"alerting: {{alertmanagers: [{{static_configs: [{{targets: ['127.0.0.1:{am_port}']}}]}}]}}\n"
         f"scrape_configs:\n  - job_name: portal\n    static_configs: [{{targets: ['{target}']}}]\n"
     )
-    with django_db_blocker.unblock():
-        worker = celery_start(
-            "worker", "--pool", "solo", "-Q", "celery", "--purge", "--without-mingle",
-            "--without-gossip", "-l", "INFO", "--hostname", "alertlab@%h",
-            log=tmp / "worker.log",
-            env={"PORTAL_STATUS_PUBLISH_TARGET": str(status_root),
-                 "PORTAL_ALERTS_HOLD_DOWN_SECONDS": str(HOLD_DOWN)},
-        )  # fmt: skip
     procs = [
         subprocess.Popen(
             ["prometheus-alertmanager", f"--config.file={tmp / 'alertmanager.yml'}",
@@ -134,7 +126,6 @@ def stack(lab, live_server, django_db_setup, django_db_blocker, tmp_path_factory
         ),
     ]  # fmt: skip
     try:
-        wait_for(lambda: "ready" in (tmp / "worker.log").read_text(), 30, "the Celery worker")
         wait_for(lambda: get_json(f"http://127.0.0.1:{am_port}/api/v2/status"), 30, "Alertmanager")
         yield {
             "status_root": status_root,
@@ -146,12 +137,29 @@ def stack(lab, live_server, django_db_setup, django_db_blocker, tmp_path_factory
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=15)
-        celery_stop(worker)
         lab_sh("status-web-down")
 
 
 @pytest.fixture(autouse=True)
-def portal_settings(settings, stack):
+def publishing_worker(stack, tmp_path):
+    """A real Celery worker (status publish, the settle after the hold-down), one per test: the
+    database is emptied between tests and a worker would keep the old content type ids."""
+    worker = celery_start(
+        "worker", "--pool", "solo", "-Q", "celery", "--purge", "--without-mingle",
+        "--without-gossip", "-l", "INFO", "--hostname", "alertlab@%h",
+        log=tmp_path / "worker.log",
+        env={"PORTAL_STATUS_PUBLISH_TARGET": str(stack["status_root"]),
+             "PORTAL_ALERTS_HOLD_DOWN_SECONDS": str(HOLD_DOWN)},
+    )  # fmt: skip
+    try:
+        wait_for(lambda: "ready" in (tmp_path / "worker.log").read_text(), 30, "the worker")
+        yield worker
+    finally:
+        celery_stop(worker)
+
+
+@pytest.fixture(autouse=True)
+def portal_settings(settings, publishing_worker, stack):
     from apps.infra.redis import redis_client
     from apps.tickets.publish import QUEUED_KEY
     from apps.tickets.status import status_cache_refresh
@@ -246,7 +254,7 @@ def staff_client() -> Client:
 
 def test_one_host_down_is_a_staff_warning_and_nothing_public(stack, site, health, restore_lab):
     started = time.monotonic()
-    lab("host-down", "nat1")  # pl-nat2 takes both roles
+    labsh("host-down", "nat1")  # pl-nat2 takes both roles
     group = wait_for(
         lambda: AlertGroup.objects.filter(scope="lab", klass="backup_down", state="firing").first(),
         60,
@@ -262,8 +270,8 @@ def test_one_host_down_is_a_staff_warning_and_nothing_public(stack, site, health
     assert 'data-testid="current-incident"' not in page
     assert "All systems are working normally" in page
     assert not Incident.objects.exists()
-    lab("host-up", "nat1")
-    lab("failback")
+    labsh("host-up", "nat1")
+    labsh("failback")
     quiet(stack, "FirewallHostFault")
     assert not Incident.objects.exists()
     assert not AlertGroup.objects.filter(klass__in=["no_primary", "unreachable"]).exists()
@@ -292,8 +300,8 @@ def test_both_hosts_down_open_an_incident_the_members_and_the_internet_see(
         not in resident.get(reverse("tickets:my_tickets")).content.decode()
     )
 
-    lab("host-down", "nat1")
-    lab("host-down", "nat2")  # no host holds the gateway any more
+    labsh("host-down", "nat1")
+    labsh("host-down", "nat2")  # no host holds the gateway any more
     down = time.monotonic()
     incident = wait_for(
         lambda: Incident.objects.filter(ended_at__isnull=True).first(), 90, "an incident"
@@ -329,9 +337,9 @@ def test_both_hosts_down_open_an_incident_the_members_and_the_internet_see(
     assert [o.message.ticket.incident_id for o in outcomes] == [incident.pk] * 20
 
     # The hosts come back: the incident says so and waits for a person.
-    lab("host-up", "nat1")
-    lab("host-up", "nat2")
-    lab("failback")
+    labsh("host-up", "nat1")
+    labsh("host-up", "nat2")
+    labsh("failback")
     back = time.monotonic()
     update = wait_for(
         lambda: incident.updates.filter(phase="monitoring").first(),
@@ -358,8 +366,8 @@ def test_a_flapping_alert_opens_one_incident(stack, site, health, restore_lab):
     cycles = []
     for cycle in range(5):
         t0 = time.monotonic()
-        lab("kea-stop", "nat1")
-        lab("kea-stop", "nat2")
+        labsh("kea-stop", "nat1")
+        labsh("kea-stop", "nat2")
         wait_for(
             lambda n=cycle: (
                 Alert.objects.filter(alertname="DhcpNotAnswering").count() == n + 1
@@ -369,8 +377,8 @@ def test_a_flapping_alert_opens_one_incident(stack, site, health, restore_lab):
             f"cycle {cycle + 1}: DhcpNotAnswering fired at the portal",
         )
         fired = time.monotonic() - t0
-        lab("kea-restart", "nat1")
-        lab("kea-restart", "nat2")
+        labsh("kea-restart", "nat1")
+        labsh("kea-restart", "nat2")
         wait_for(
             lambda: AlertGroup.objects.filter(klass="dhcp", state="resolved").exists(),
             60,
