@@ -753,6 +753,7 @@ cmd_kea() { # restart|stop HOST
 	stop_kea "$host"
 	if [[ $op == restart ]]; then
 		start_kea "$host"
+		start_ra "$host" # stop_kea ends portal-ra too
 		log "Kea of $host running"
 	else
 		log "Kea of $host stopped"
