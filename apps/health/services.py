@@ -71,7 +71,7 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
         interfaces=data.get("interfaces") or {},
         digest=str((data.get("digest") or {}).get("total") or "")[:64],
         ha=data.get("ha") or {},
-        conntrack_stats=conntrack.get("stats") or {},
+        conntrack_stats=conntrack_stats(conntrack),
         quota_hits=(conntrack.get("quota_hits") or [])[:50],
         dhcp=_dhcp_state(data.get("dhcp")),
     )
@@ -80,6 +80,15 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
     if host.applied_at is None or host.applied_at <= asked:
         host_digest_compare(host=host, digest=data.get("digest") or {})
     return _store(host, sample)
+
+
+def conntrack_stats(conntrack: dict) -> dict:
+    """The sample's conntrack figures: the kernel's statistics and, from an agent that counts
+    them, the flows on the fast path ("offloaded": entries conntrack marks [OFFLOAD])."""
+    stats = dict(conntrack.get("stats") or {})
+    if isinstance(conntrack.get("offloaded"), int):
+        stats["offloaded"] = conntrack["offloaded"]
+    return stats
 
 
 def _dhcp_state(raw: object) -> dict:

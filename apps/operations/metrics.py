@@ -156,6 +156,12 @@ class PortalCollector:
             "DHCPOFFER + DHCPACK + DHCPNAK Kea sent since it started",
             labels=["host", "site"],
         )
+        offloaded = GaugeMetricFamily(
+            "portal_firewall_offloaded_flows",
+            "Conntrack entries on the fast path ([OFFLOAD]: forwarded by the flowtable) at the "
+            "newest sample",
+            labels=["host"],
+        )
         now = timezone.now()
         for host in FirewallHost.objects.filter(enabled=True).select_related("site"):
             site = host.site.name if host.site_id else ""
@@ -181,6 +187,8 @@ class PortalCollector:
                 drops.add_metric(
                     [host.name], float(sum(stats.get(k, 0) for k in CONNTRACK_DROP_KEYS))
                 )
+            if isinstance(stats.get("offloaded"), int):
+                offloaded.add_metric([host.name], float(stats["offloaded"]))
             for cpu, share in enumerate(sample.softirq_per_cpu or []):
                 softirq.add_metric([host.name, str(cpu)], float(share))
             ha = sample.ha or {} if sample.reachable else {}
@@ -202,7 +210,7 @@ class PortalCollector:
             if lost is not None:
                 sync_lost.add_metric([host.name], float(lost))
         yield from (reachable, behind, drift, ct, ct_max, drops, softirq, age, vrrp, daemon_up)
-        yield from (sync_lost, fault, dhcp_up, dhcp_requests, dhcp_answers)
+        yield from (sync_lost, offloaded, fault, dhcp_up, dhcp_requests, dhcp_answers)
 
     def _pushes(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count

@@ -50,7 +50,8 @@ def test_the_metrics_say_what_the_database_holds(client):
     host = FirewallHost.objects.create(name="fw1", address="10.255.255.11", drift=["nft:x"])
     HostHealthSample.objects.create(
         host=host, reachable=True, conntrack_count=900, conntrack_max=1000,
-        softirq_per_cpu=[0.1, 0.7], conntrack_stats={"drop": 3, "early_drop": 2, "found": 9},
+        softirq_per_cpu=[0.1, 0.7],
+        conntrack_stats={"drop": 3, "early_drop": 2, "found": 9, "offloaded": 41},
     )  # fmt: skip
     text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
     assert 'portal_firewall_host_reachable{host="fw1",site="main"} 1.0' in text
@@ -58,6 +59,7 @@ def test_the_metrics_say_what_the_database_holds(client):
     assert 'portal_firewall_conntrack_entries{host="fw1"} 900.0' in text
     assert 'portal_firewall_softirq_share{cpu="1",host="fw1"} 0.7' in text
     assert 'portal_firewall_conntrack_drops{host="fw1"} 5.0' in text
+    assert 'portal_firewall_offloaded_flows{host="fw1"} 41.0' in text
 
 
 @pytest.mark.django_db

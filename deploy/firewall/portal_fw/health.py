@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import kea, nft
+from . import kea, nft, offload
 from .common import JSON, failed, now_iso, output, refused
 from .digest import public_digest
 from .host import Host
@@ -142,6 +142,7 @@ def collect(
             "ratio": round(count / maximum, 6) if count is not None and maximum else None,
             "stats": read_conntrack_stats(),
             "quota_hits": read_quota_hits(host),
+            "offloaded": offload.offloaded(),  # flows on the fast path ([OFFLOAD])
         },
         "softirq": {
             "sample_ms": sample_ms,
