@@ -36,6 +36,9 @@ class HostHealthSample(models.Model):
     # "ratelimited", "recursion_avg_seconds", "requests_waiting", "up_seconds"} (totals since
     # Unbound's start or reload) or {"ok": false, "error"}. Empty: the host runs no resolver.
     resolver = models.JSONField(_("resolver"), default=dict, blank=True)
+    # Kea on this host (portal-fw health "dhcp"): {"answering", "requests", "answers", "error"};
+    # empty: the host runs no Kea for the portal.
+    dhcp = models.JSONField(_("DHCP state"), default=dict, blank=True)
     error = models.TextField(blank=True)
 
     class Meta:

@@ -75,6 +75,7 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
         conntrack_stats=conntrack_stats(conntrack),
         quota_hits=(conntrack.get("quota_hits") or [])[:50],
         resolver=resolver_figures(data.get("resolver")),
+        dhcp=_dhcp_state(data.get("dhcp")),
     )
     # A push may have confirmed while the answer was on its way: compare with what is stored.
     host.refresh_from_db(fields=["push_status", "applied_at", "confirmed_digest", "drift"])
@@ -90,6 +91,20 @@ def conntrack_stats(conntrack: dict) -> dict:
     if isinstance(conntrack.get("offloaded"), int):
         stats["offloaded"] = conntrack["offloaded"]
     return stats
+
+
+def _dhcp_state(raw: object) -> dict:
+    """The host's Kea answer, typed: answering (bool), requests/answers (counts), error."""
+    if not isinstance(raw, dict):
+        return {}
+    state: dict = {"answering": raw.get("answering") is True}
+    for key in ("requests", "answers"):
+        value = raw.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            state[key] = value
+    if raw.get("error"):
+        state["error"] = str(raw["error"])[:300]
+    return state
 
 
 def host_digest_compare(*, host: FirewallHost, digest: dict) -> list[str]:

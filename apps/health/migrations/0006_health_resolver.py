@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("health", "0004_sample_conntrack"),
+        ("health", "0005_sample_dhcp"),
     ]
 
     operations = [
