@@ -114,6 +114,7 @@ class Armed:
     def __init__(self, host: Host, version: str, confirm_within: int, devices: set[str]) -> None:
         started = time.monotonic()
         self.host = host
+        self.old_point = rollback.current_point(host)
         self.old_pending = host.read_json(host.pending_file)
         if self.old_pending:
             # Still unconfirmed: keep the rollback point of the last confirmed state.
@@ -138,8 +139,10 @@ class Armed:
         self.pending["timer_pid"] = host.arm_timer(self.pending["token"])
 
     def take_back(self) -> None:
-        """Nothing was applied: the host is as it was, so is its confirm state."""
+        """Nothing was applied: the host is as it was, so are its rollback point (the new one
+        goes after the answer) and its confirm state."""
         self.host.kill_timer(self.pending)
+        rollback.switch_point(self.host, self.old_point)
         if self.old_pending:
             self.old_pending["timer_pid"] = self.host.arm_timer(self.old_pending["token"])
             self.host.write_json(self.host.pending_file, self.old_pending)

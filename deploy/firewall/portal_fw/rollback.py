@@ -96,16 +96,28 @@ def capture(host: Host, devices: Iterable[str]) -> JSON:
         "state": host.state(),
     }
     (work / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    link = host.run_dir / "rollback.d.new"
-    link.unlink(missing_ok=True)
-    os.symlink(work.name, link)
-    os.replace(link, host.rollback_dir)  # the atomic switch
+    switch_point(host, work.name)
     host.later.append(lambda: drop_stale_rollback_dirs(host))  # after the answer
     return {
         "seconds": round(time.monotonic() - started, 3),
         "nft_seconds": round(nft_seconds, 3),
         "nft_source": nft_source,
     }
+
+
+def current_point(host: Host) -> str | None:
+    return os.readlink(host.rollback_dir) if host.rollback_dir.is_symlink() else None
+
+
+def switch_point(host: Host, name: str | None) -> None:
+    """rollback.d := rp-NAME by one rename (None: no point)."""
+    if name is None:
+        host.rollback_dir.unlink(missing_ok=True)
+        return
+    link = host.run_dir / "rollback.d.new"
+    link.unlink(missing_ok=True)
+    os.symlink(name, link)
+    os.replace(link, host.rollback_dir)  # the atomic switch
 
 
 def link_or_copy(source: Path, target: Path) -> None:
