@@ -219,6 +219,9 @@ def run(
             text=True,
         )
         latencies, api_seconds = [], []
+        from django.utils import timezone
+
+        first_change_at = timezone.now()
         for n in range(20):
             port = 9000 + n
             started = time.monotonic()
@@ -247,7 +250,10 @@ def run(
         result["p50"] = statistics.median(latencies)
         result["p95"] = latencies[int(0.95 * (len(latencies) - 1))]
         result["max"] = latencies[-1]
-
+        result["profile"] = _profile(first_change_at)
+        result["loadavg"] = os.getloadavg()
+        if os.environ.get("PORTAL_BENCH_NO_BURST"):
+            return
         host = FirewallHost.objects.order_by("rollout_order").first()
         before = RuleSetVersion.objects.filter(host=host).count()
         started = time.monotonic()
@@ -284,7 +290,30 @@ def run(
         server.wait(timeout=5)
         if not os.environ.get("PORTAL_BENCH_KEEP_LOG"):  # set it to read the worker's timings
             log.unlink(missing_ok=True)
-    print(json.dumps(result))  # noqa: T201
+        print(json.dumps(result))  # noqa: T201
+
+
+def _profile(since) -> dict[str, float]:
+    """Where one change's time goes, medians over the changes since `since`: the compile per
+    host (RuleSetVersion.compile_seconds) and each push step per host (PushLogEntry.seconds;
+    `apply` holds the agent's apply-bundle round trip, `confirm` its confirm)."""
+    from apps.firewall.models import PushLogEntry, RuleSetVersion
+
+    out: dict[str, float] = {}
+    compiles = list(
+        RuleSetVersion.objects.filter(created_at__gte=since).values_list(
+            "compile_seconds", flat=True
+        )
+    )
+    if compiles:
+        out["compile (per host)"] = statistics.median(compiles)
+    steps: dict[str, list[float]] = {}
+    for host, step, seconds in PushLogEntry.objects.filter(at__gte=since).values_list(
+        "host__name", "step", "seconds"
+    ):
+        steps.setdefault(f"{host} {step}", []).append(seconds)
+    out.update({f"push {key}": statistics.median(v) for key, v in sorted(steps.items())})
+    return out
 
 
 if __name__ == "__main__":
