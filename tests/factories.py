@@ -229,7 +229,7 @@ def confirm_everywhere(after: Any, *, confirmed_after: float = 2) -> None:
     from datetime import timedelta
 
     from apps.firewall.models import FirewallHost, PushLogEntry
-    from apps.firewall.rollout import ruleset_version_store
+    from apps.firewall.versions import ruleset_version_store
 
     for host in FirewallHost.objects.all():
         version = ruleset_version_store(

@@ -15,7 +15,7 @@ from celery.signals import worker_process_init, worker_ready
 from django.conf import settings
 from django.db import connection
 
-from apps.firewall import pipeline, rollout
+from apps.firewall import compiled, order, pipeline, rollout
 from apps.firewall.models import FirewallHost, Site
 from apps.infra.celery import FIREWALL_QUEUE
 
@@ -29,7 +29,7 @@ def snapshot_cache_warm() -> None:
     so the first change after a (re)start is sent as an increment like every later one. It
     also opens the SSH connections to the hosts (PORTAL_FIREWALL_WARM_CONNECT)."""
     try:
-        hosts = rollout.compiled_warm(connect=settings.PORTAL_FIREWALL_WARM_CONNECT)
+        hosts = compiled.compiled_warm(connect=settings.PORTAL_FIREWALL_WARM_CONNECT)
         if hosts:
             log.info("firewall.snapshot_cache_warm", hosts=hosts)
     except Exception as exc:  # a warm-up must never stop a worker
@@ -97,7 +97,7 @@ def firewall_sync(self, site_id: int | None = None, cause: str = "") -> None:  #
             timings: dict[str, float] = {}
             try:
                 outcomes = rollout.site_sync(site=site, cause=summary, timings=timings)
-            except rollout.CompileError as exc:
+            except compiled.CompileError as exc:
                 log.error("firewall.compile_failed", site=site.name, error=str(exc))
                 pipeline.push_request_report(requests, site=site.name, outcome={"error": str(exc)})
                 return
@@ -148,7 +148,7 @@ def host_rollback(self, host_id: int, version_id: int, actor_id: int | None = No
             host.refresh_from_db()
             if host.pinned_version_id != version_id:
                 return
-            outcome = rollout.host_rollback(host=host)
+            outcome = order.host_rollback(host=host)
     except pipeline.LockBusy:
         raise self.retry(countdown=1) from None
     log.info(

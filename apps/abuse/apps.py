@@ -1,7 +1,9 @@
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
+from apps.dhcp import signals as dhcp_signals
 from apps.members.extensions import member_extension_register
+from apps.network import signals as network_signals
 
 
 class AbuseConfig(AppConfig):
@@ -15,3 +17,13 @@ class AbuseConfig(AppConfig):
         from apps.abuse.extension import AbuseMemberExtension
 
         member_extension_register(AbuseMemberExtension())
+        # Addresses given and taken back below (network, dhcp) start and end its holdings.
+        from apps.abuse import receivers  # it reads models too
+
+        for signal, receiver in (
+            (network_signals.public_ipv4_assigned, receivers.public_ipv4_assigned),
+            (network_signals.public_ipv4_quarantined, receivers.public_ipv4_quarantined),
+            (network_signals.device_addresses_changed, receivers.device_addresses_changed),
+            (dhcp_signals.registration_leases_seen, receivers.registration_leases_seen),
+        ):
+            signal.connect(receiver, dispatch_uid=f"abuse.{receiver.__name__}")

@@ -17,7 +17,7 @@ Version causes are the strings the network hook records ("device.remove 167, por
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any
 
@@ -29,6 +29,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, pgettext_lazy
+
+from apps.audit.words import detail_words, profile_label
 
 __all__ = [
     "GENERIC_VERBS",
@@ -235,9 +237,9 @@ def _value(value: Any) -> str:
 
 def _shown_value(name: str, value: Any) -> str:
     if name.endswith("profile") and isinstance(value, str):
-        from apps.network.models import shaping_profile_label  # up a floor: names the profile
-
-        return shaping_profile_label(value)
+        label = profile_label(value)  # network's words (words.py)
+        if label is not None:
+            return label
     return _value(value)
 
 
@@ -439,20 +441,6 @@ def _kind(prefix: str) -> str:
     return prefix.replace("_", " ")
 
 
-def cause_members(causes: Iterable[str]) -> dict[int, Any]:
-    """The members that `member.*` causes mention, in one query (for a page of versions)."""
-    from apps.members.models import Member  # up a floor: names the members
-
-    pks = {
-        int(m["pk"])
-        for cause in causes
-        for m in re.finditer(r"(?P<action>member\.[a-z_]+) (?P<pk>\d+)", cause)
-    }
-    if not pks:
-        return {}
-    return {m.pk: m for m in Member.objects.filter(pk__in=pks).select_related("user")}
-
-
 # --- the "Changes" column -------------------------------------------------------------------
 
 # Recorded names that are no field of the entry's model (or read better otherwise).
@@ -511,11 +499,10 @@ def change_rows(entry: Any) -> list[tuple[str, Any, Any]]:
             label = str(field.verbose_name)
         else:
             label = name.replace("_", " ")
-        if name == "detail" and entry.action == "ticket.update" and isinstance(new, str):
-            from apps.tickets.history import update_sentences  # up a floor: words a ticket update
-
+        words = detail_words(entry.action) if name == "detail" else None
+        if words is not None and isinstance(new, str):  # tickets' words of a ticket.update
             actor = _actor_text(entry)
-            new = format_html_join(". ", "{}", ((s,) for s in update_sentences(new, actor=actor)))
+            new = format_html_join(". ", "{}", ((s,) for s in words(new, actor=actor)))
         if name == "profile" or name.endswith("_profile"):
             old, new = (_shown_value(name, v) if isinstance(v, str) else v for v in (old, new))
         rows.append((label[:1].upper() + label[1:], _shown(old, field), _shown(new, field)))

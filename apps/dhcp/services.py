@@ -11,8 +11,8 @@ import structlog
 from django.db import transaction
 from django.utils import timezone
 
-from apps.abuse.services import registration_leases_record
 from apps.dhcp.models import DhcpSettings, Lease, RegistrationRange
+from apps.dhcp.signals import registration_leases_seen
 from apps.firewall.models import FirewallHost
 from apps.firewall.transport import FirewallUnreachable, session_for
 from workers.ruleset.snapshot import MAC_RE
@@ -83,7 +83,7 @@ def leases_store(
         for row in rows
         if spans and any(a <= int(ipaddress.IPv4Address(row.address)) <= b for a, b in spans)
     ]
-    registration_leases_record(leases=unknown, continues_within=CONTINUES_WITHIN)
+    registration_leases_seen.send(sender=Lease, leases=unknown, continues_within=CONTINUES_WITHIN)
     horizon = now - dt.timedelta(days=7)
     open_rows = {
         (mac, address): (pk, ends)

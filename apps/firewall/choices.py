@@ -39,12 +39,3 @@ class SiteStatus(models.TextChoices):
     IDLE = "idle", _("in sync")
     ROLLING_OUT = "rolling_out", _("rolling out")
     FAILED = "failed", _("stopped")
-
-
-class LiveStatus(models.TextChoices):
-    """Whether the firewalls enforce a row (docs/live-state.md)."""
-
-    LIVE = "live", _("live")
-    PENDING = "pending", _("pending")
-    FAILED = "failed", _("failed")
-    OFF = "off", _("not in force")

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from apps.firewall.choices import LiveStatus, PushStatus
+from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, Site
 from apps.firewall.snapshot import carried_rows
 from apps.members.choices import NETWORKED_STATUSES
 from apps.members.models import Member
+from apps.network.choices import LiveStatus
 from apps.network.models import Device
 
 # The reason of a pending host that staff hold on an older version (FirewallHost.pinned_version).

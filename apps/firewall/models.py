@@ -499,7 +499,7 @@ class RuleSetVersion(models.Model):
     # The compiler's input (zlib-compressed Snapshot JSON) for incremental transactions from
     # this version; kept for the newest few versions only.
     snapshot_json = models.BinaryField(_("snapshot"), null=True, blank=True, editable=False)
-    # A rollout stores the texts beside its pushes (apps.firewall.rollout.version_texts_write):
+    # A rollout stores the texts beside its pushes (apps.firewall.versions.version_texts_write):
     # True until they are written. A version whose worker stopped before that is never pushed.
     texts_pending = models.BooleanField(_("texts not stored yet"), default=False)
 

@@ -1,13 +1,13 @@
 """The only bridge from the database to the compiler: a few queries -> typed Snapshot values.
 
-Members are read from one consistent view of the database and kept per process (`_MemberCache`):
-a member whose row and trigger-kept revision (migration 0004) are unchanged is reused as is.
+Members are read from one consistent view of the database and kept per process
+(`PUSH_MEMO.members`, memo.py): a member whose row and trigger-kept revision (migration 0004)
+are unchanged is reused as is.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,6 +18,8 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from apps.firewall.extensions import DhcpRead, snapshot_dhcp_read
+from apps.firewall.memo import PUSH_MEMO, DhcpBuilt, MemberCache
 from apps.firewall.models import FirewallHost, parse_virtual_addresses
 from apps.members.choices import NETWORKED_STATUSES
 from apps.members.models import Member
@@ -68,8 +70,7 @@ class SnapshotData:
     reservations_of: dict[int, tuple[tuple[str, str, str | None], ...]] = field(
         default_factory=dict
     )
-    registration_by_building: dict[int, str] = field(default_factory=dict)
-    dhcp_settings: Any = None
+    dhcp: DhcpRead | None = None
     # Per set of buildings, the answer of for_buildings: the hosts of one site (the HA pair) get
     # the very same tuple, which lets the compiler reuse the first host's member sets.
     _by_buildings: dict[frozenset[int], tuple[tuple[rs.Member, ...], tuple[str, ...]]] = field(
@@ -111,37 +112,9 @@ MEMBER_COLUMNS = (
 _BUILDING = MEMBER_COLUMNS.index("room__building_id")
 
 
-class _MemberCache:
-    """This process's typed members of the last read, each with the key it was built from:
-    the member's own row (status, public IPv4, prefix, shaping rates), the revision the
-    triggers of migration firewall 0004 keep for its devices, forwards and openings, and the
-    default shaping profile where it applies. A member whose key is unchanged is reused as is;
-    only changed members are read and validated again."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.epoch: int | None = None
-        self.keys: dict[int, tuple[Any, ...]] = {}
-        self.members: dict[int, rs.Member] = {}
-        self.reservations: dict[int, tuple[tuple[str, str, str | None], ...]] = {}
-
-    def clear(self) -> None:
-        with self.lock:
-            self.forget()
-
-    def forget(self) -> None:
-        self.epoch = None
-        self.keys.clear()
-        self.members.clear()
-        self.reservations.clear()
-
-
-_CACHE = _MemberCache()
-
-
 def snapshot_cache_clear() -> None:
     """Forget this process's typed members (the next read builds every member again)."""
-    _CACHE.clear()
+    PUSH_MEMO.members.clear()
 
 
 def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
@@ -152,10 +125,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
     read are reused and only the changed ones are read again (by id); `cached=False` builds
     every member from the database without touching the cache.
     """
-    # up a floor: reservations
-    from apps.dhcp.models import DhcpSettings, RegistrationRange, ipv4_list
-
-    cache = _CACHE if cached else _MemberCache()
+    cache = PUSH_MEMO.members if cached else MemberCache()
     taken_at = timezone.now()
     outermost = not connection.in_atomic_block
     with cache.lock, transaction.atomic():
@@ -215,19 +185,16 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         private = tuple(net for nets in private_by_building.values() for net in nets)
         public = tuple(PublicPool.objects.values_list("network", flat=True))
         # Read only (this transaction is read-only): the defaults until an admin saved the row.
-        dhcp_settings = DhcpSettings.objects.filter(id=1).first() or DhcpSettings(id=1)
+        dhcp = snapshot_dhcp_read()  # the dhcp app's part (apps/firewall/extensions.py)
         network_settings = NetworkSettings.objects.filter(id=1).first() or NetworkSettings(id=1)
-        registration_by_building = dict(
-            RegistrationRange.objects.filter(enabled=True).values_list("building_id", "network")
-        )
     policy = rs.Policy(
         management_networks=tuple(dict.fromkeys(management)),
         blocked_outbound=tuple(blocked["outbound"]),
         blocked_inbound=tuple(blocked["inbound"]),
-        registration_networks=tuple(registration_by_building.values()),
-        portal_addresses=tuple(ipv4_list(dhcp_settings.portal_addresses)),
-        dns_servers=tuple(ipv4_list(dhcp_settings.dns_servers)),
-        captive_proxy=captive_proxy_of(dhcp_settings),
+        registration_networks=tuple(dhcp.registration_by_building.values()),
+        portal_addresses=dhcp.portal_addresses,
+        dns_servers=dhcp.dns_servers,
+        captive_proxy=dhcp.captive_proxy,
         conntrack_quota_out=network_settings.conntrack_quota_devices,
         conntrack_quota_in=network_settings.conntrack_quota_forwards,
         syn_proxy=network_settings.syn_proxy,
@@ -241,8 +208,7 @@ def snapshot_data_read(*, cached: bool = True) -> SnapshotData:
         building_of={row[0]: row[_BUILDING] for row in member_rows},
         private_by_building={b: tuple(nets) for b, nets in private_by_building.items()},
         reservations_of=reservations_of,
-        registration_by_building=registration_by_building,
-        dhcp_settings=dhcp_settings,
+        dhcp=dhcp,
     )
 
 
@@ -417,13 +383,6 @@ def _ha_build(host: FirewallHost) -> rs.Ha | None:
     )
 
 
-# This process's last DHCP input per host: (its raw inputs, the typed `rs.Dhcp`). While no
-# reservation, range or setting changes (a forward, an opening, a shaping change), the same
-# object is reused: no 60,000 addresses parsed and checked again, and the compiler's converters
-# reuse their text for it (workers.ruleset.kea, by identity).
-_DHCP_BUILT: dict[int, tuple[tuple[Any, ...], rs.Dhcp]] = {}
-
-
 def _dhcp_build(
     host: FirewallHost, data: SnapshotData, members: tuple[rs.Member, ...], buildings: set[int]
 ) -> rs.Dhcp:
@@ -431,6 +390,7 @@ def _dhcp_build(
     and this host's share of the site's registration ranges (the DHCP hosts of a site, in
     rollout order, take disjoint consecutive shares of each range)."""
     site = host.site
+    dhcp_read = data.dhcp if data.dhcp is not None else snapshot_dhcp_read()
     peers = list(
         site.hosts.filter(serves_dhcp=True, enabled=True)
         .order_by("rollout_order", "name")
@@ -439,23 +399,22 @@ def _dhcp_build(
     index, count = (peers.index(host.pk), len(peers)) if host.pk in peers else (0, 1)
     ranges = [
         net
-        for b, net in sorted(data.registration_by_building.items())
+        for b, net in sorted(dhcp_read.registration_by_building.items())
         if not buildings or b in buildings
     ]
     pools = [share for net in ranges if (share := pool_share(net, index, count)) is not None]
     reservations_of = data.reservations_of
-    settings_row = data.dhcp_settings
     # Each member's reservations are one cached tuple while the member is unchanged: comparing
     # these with the last build's is mostly identity checks.
     per_member = tuple(reservations_of.get(m.id, ()) for m in members)
     inputs = (
         site.member_network4,
         site.gateway4,
-        settings_row.dns_servers,
-        settings_row.domain_name,
-        settings_row.lease_seconds,
-        settings_row.registration_lease_seconds,
-        settings_row.captive_portal_url,
+        dhcp_read.dns_servers,
+        dhcp_read.domain_name,
+        dhcp_read.lease_seconds,
+        dhcp_read.registration_lease_seconds,
+        dhcp_read.captive_portal_url,
         tuple(pools),
         per_member,
         host.ra_pid_file,
@@ -463,19 +422,22 @@ def _dhcp_build(
         host.kea_lease_file,
         host.interface_names("dhcp_interfaces") if host.dhcp_interfaces else (),
     )
-    last = _DHCP_BUILT.get(host.pk)
-    if last is not None and last[0] == inputs:
-        return last[1]
+    # While no reservation, range or setting changes (a forward, an opening, a shaping change),
+    # the host's last object is reused: no 60,000 addresses parsed and checked again, and the
+    # compiler reuses its text (workers/ruleset/memo.py, by identity).
+    last = PUSH_MEMO.dhcp.get(host.pk)
+    if last is not None and last.inputs == inputs:
+        return last.dhcp
     dhcp = rs.Dhcp(
         network=site.member_network4,
         router=site.gateway4,
-        dns_servers=tuple(ipv4_list_of(settings_row.dns_servers)),
-        domain=settings_row.domain_name,
-        lease_seconds=settings_row.lease_seconds,
-        registration_lease_seconds=settings_row.registration_lease_seconds,
+        dns_servers=dhcp_read.dns_servers,
+        domain=dhcp_read.domain_name,
+        lease_seconds=dhcp_read.lease_seconds,
+        registration_lease_seconds=dhcp_read.registration_lease_seconds,
         captive_portal=(
-            rs.CaptivePortalUrl(settings_row.captive_portal_url)
-            if settings_row.captive_portal_url
+            rs.CaptivePortalUrl(dhcp_read.captive_portal_url)
+            if dhcp_read.captive_portal_url
             else None
         ),
         pools=tuple(pools),
@@ -491,7 +453,7 @@ def _dhcp_build(
         lease_file=host.kea_lease_file,
         interfaces=inputs[-1],
     )
-    _DHCP_BUILT[host.pk] = (inputs, dhcp)
+    PUSH_MEMO.dhcp[host.pk] = DhcpBuilt(inputs, dhcp)
     return dhcp
 
 
@@ -506,16 +468,3 @@ def pool_share(network: str, index: int, count: int) -> tuple[str, str] | None:
     lo = first + index * size
     hi = last if index == count - 1 else lo + size - 1
     return str(ipaddress.IPv4Address(lo)), str(ipaddress.IPv4Address(hi))
-
-
-def ipv4_list_of(text: str) -> list[str]:
-    from apps.dhcp.models import ipv4_list  # up a floor: the DHCP address lists
-
-    return ipv4_list(text)
-
-
-def captive_proxy_of(dhcp_settings: Any) -> str | None:
-    """Where a walled device's HTTP is sent: the first portal address, once a captive-portal URL
-    is set (its proxy answers every name with a redirect to the "not registered" page)."""
-    addresses = ipv4_list_of(dhcp_settings.portal_addresses)
-    return addresses[0] if dhcp_settings.captive_portal_url and addresses else None

@@ -7,14 +7,13 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views import View
 
 from apps.accounts.roles import Role, RoleRequiredMixin, StaffRequiredMixin, has_role
 from apps.audit.selectors import audit_for_object
-from apps.audit.sentences import cause_members
 from apps.core.htmx import htmx_partial
+from apps.firewall.extensions import firewall_extensions
 from apps.firewall.models import FirewallHost, Site
 from apps.firewall.pipeline import push_request_outcome
 from apps.firewall.selectors import host_push_log, host_versions, version_changes, version_diff
@@ -25,8 +24,7 @@ from apps.firewall.services import (
     host_state_resync,
     host_unpin,
 )
-from apps.health.selectors import firewall_host_states, host_health_series, quota_hit_members
-from apps.health.services import host_warnings
+from apps.members.selectors import cause_members
 
 
 class FirewallHostListView(StaffRequiredMixin, View):
@@ -38,12 +36,13 @@ class FirewallHostListView(StaffRequiredMixin, View):
             template += "#host-table"
         push = request.GET.get("push", "")
         context = {
-            "states": firewall_host_states(),
             "sites": Site.objects.filter(hosts__isnull=False)
             .distinct()
             .prefetch_related("buildings"),
             "push_request": push if push.isalnum() else "",
         }
+        for extension in firewall_extensions():  # health: each host's state and warnings
+            context.update(extension.host_list_context())
         return render(request, template, context)
 
 
@@ -52,18 +51,10 @@ class FirewallHostDetailView(StaffRequiredMixin, View):
 
     def get(self, request: HttpRequest, name: str) -> HttpResponse:
         host = get_object_or_404(FirewallHost, name=name)
-        sample = host.health_samples.first()
-        state = next((st for st in firewall_host_states() if st.host.pk == host.pk), None)
         log_page = Paginator(host_push_log(host=host), 25).get_page(request.GET.get("log"))
         versions = list(host_versions(host=host)[:50])
         context = {
             "host": host,
-            "sample": sample,
-            "warnings": state.warnings if state else host_warnings(host=host, sample=sample),
-            "state": state,
-            "quota_hits": quota_hit_members(sample),
-            # The charts draw times in the portal's zone, not the browser's.
-            "series": {**host_health_series(host=host), "tz": timezone.get_current_timezone_name()},
             "log_page": log_page,
             "versions": versions,
             "cause_members": cause_members(v.cause for v in versions),
@@ -72,6 +63,8 @@ class FirewallHostDetailView(StaffRequiredMixin, View):
             ),
             "can_push": has_role(request.user, Role.ADMIN),
         }
+        for extension in firewall_extensions():  # health: sample, warnings, charts, quota hits
+            context.update(extension.host_detail_context(host=host))
         return render(request, "firewall/host_detail.html", context)
 
 

@@ -15,8 +15,8 @@ from django.utils.translation import gettext as _
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost, RuleSetVersion
+from apps.firewall.order import host_drift_repair
 from apps.firewall.pipeline import LockBusy, changes_waiting, firewall_change_request, site_lock
-from apps.firewall.rollout import host_drift_repair
 from apps.firewall.transport import FirewallUnreachable, session_for
 from apps.health.models import HostHealthSample
 from apps.health.signals import public_face_changed

@@ -4,8 +4,10 @@ members is the lower layer: people, buildings, rooms and memberships. network (d
 addresses, subnets) and testaccess build on it and import it; members imports neither (an
 import-linter contract in pyproject.toml keeps it so). Where a member service, page or
 download needs their part, it asks every registered `MemberExtension`, in the order the apps
-registered them (their AppConfig.ready(), in INSTALLED_APPS order: network, testaccess, tickets,
-abuse, notifications, traffic; the last four take part in the data download and the erasure).
+registered them (their AppConfig.ready(), in INSTALLED_APPS order: network, testaccess, dhcp,
+tickets, abuse, notifications, traffic; the last four take part in the data download and the
+erasure; dhcp and notifications add their sections to the office-hours search, the staff's
+member page and the dashboard).
 
 Calls run inside the caller's transaction, at the point where the network part ran before the
 split; a refusal (a NetworkError) raised by an extension is the service's refusal.
@@ -56,6 +58,21 @@ class MemberExtension:
 
     def member_page_context(self, *, request: HttpRequest, member: Member) -> dict[str, Any]:
         """This app's sections of the member page and the dashboard."""
+        return {}
+
+    def dashboard_context(self, *, request: HttpRequest, member: Member) -> dict[str, Any]:
+        """This app's part of the resident's own dashboard only (notifications: recent notices)."""
+        return {}
+
+    def staff_member_context(self, *, request: HttpRequest, member: Member) -> dict[str, Any]:
+        """This app's part of the staff's member page only (dhcp: unknown devices nearby)."""
+        return {}
+
+    def office_hours_context(
+        self, *, request: HttpRequest, kind: str, query: str
+    ) -> dict[str, Any]:
+        """This app's part of the office-hours search (dhcp: the leases of a MAC or address);
+        `kind` is members.selectors.search_kind(query)."""
         return {}
 
     def member_action_views(self) -> tuple[type[View], ...]:

@@ -23,6 +23,8 @@ from apps.members.models import Member, Room
 from apps.members.namesearch import name_search_rows
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from django.contrib.auth.models import User
 
 # The desk needs the right person among a screenful, not every Kowalski: the page shows the
@@ -275,3 +277,16 @@ def room_by_label(*, label: str) -> Room | None:
 
 # Kept for callers from the foundation; the office-hours search is member_search now.
 person_search = member_search
+
+
+def cause_members(causes: Iterable[str]) -> dict[int, Member]:
+    """The members that `member.*` causes of rule-set versions mention, in one query (for a page
+    of versions)."""
+    pks = {
+        int(m["pk"])
+        for cause in causes
+        for m in re.finditer(r"(?P<action>member\.[a-z_]+) (?P<pk>\d+)", cause)
+    }
+    if not pks:
+        return {}
+    return {m.pk: m for m in Member.objects.filter(pk__in=pks).select_related("user")}

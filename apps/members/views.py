@@ -27,7 +27,6 @@ from apps.audit.selectors import audit_for_member
 from apps.core.actions import action_field_dispatch
 from apps.core.errors import NetworkError
 from apps.core.htmx import htmx_partial
-from apps.dhcp.selectors import lease_search, unknown_devices_near
 from apps.members import forms as member_forms
 from apps.members import services
 from apps.members.extensions import member_extensions
@@ -42,7 +41,6 @@ from apps.members.selectors import (
     pending_queue,
     search_kind,
 )
-from apps.notifications.selectors import notice_list
 
 
 def member_page_context(*, request: HttpRequest, member: Member) -> dict[str, Any]:
@@ -66,7 +64,8 @@ class DashboardView(LoginRequiredMixin, View):
         }
         if member is not None:
             context.update(member_page_context(request=request, member=member))
-            context["recent_notices"] = list(notice_list(actor=request.user)[:3])
+            for extension in member_extensions():
+                context.update(extension.dashboard_context(request=request, member=member))
         return render(request, "members/dashboard.html", context)
 
 
@@ -82,10 +81,15 @@ class OfficeHoursView(StaffRequiredMixin, View):
             "query": query.strip(),
             "kind": search_kind(query),
             "results": results[:SEARCH_LIMIT],
-            "leases": lease_search(kind=search_kind(query), query=query.strip()),
             "more_results": len(results) > SEARCH_LIMIT,
             "search_limit": SEARCH_LIMIT,
         }
+        for extension in member_extensions():
+            context.update(
+                extension.office_hours_context(
+                    request=request, kind=context["kind"], query=context["query"]
+                )
+            )
         if htmx_partial(request):
             target = request.htmx.target or "search-results"
             if target == "pending-queue":
@@ -133,12 +137,9 @@ class MemberPage(StaffOr404Mixin, View):
             "open_action": next(iter(bound or {}), ""),
             **member_history(member=member),
             **member_page_context(request=request, member=member),
-            "unknown_devices": unknown_devices_near(
-                building_id=member.room.building_id if member.room_id else None
-            )
-            if not member.is_ended
-            else [],
         }
+        for extension in member_extensions():
+            context.update(extension.staff_member_context(request=request, member=member))
         status = 422 if bound else 200
         return render(request, self.template, context, status=status)
 

@@ -20,13 +20,12 @@ from rest_framework.response import Response
 
 from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.core.mac import mac_normalize
-from apps.firewall.choices import LiveStatus
-from apps.firewall.live import live_attach
 from apps.members.choices import NETWORKED_STATUSES
 from apps.members.models import Member
 from apps.members.selectors import member_of_user
-from apps.network.choices import Protocol
+from apps.network.choices import LiveStatus, Protocol
 from apps.network.errors import NetworkError
+from apps.network.extensions import live_attach
 from apps.network.models import Device, Ipv6Opening, PortForward
 from apps.network.ports import PortRange, PortRangeError
 from apps.network.probe import ProbeRefused, forward_probe, opening_probe

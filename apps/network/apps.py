@@ -1,6 +1,7 @@
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
+from apps.audit.words import profile_label_register
 from apps.members.extensions import member_extension_register
 
 
@@ -14,3 +15,7 @@ class NetworkConfig(AppConfig):
         from apps.network.extension import NetworkMemberExtension
 
         member_extension_register(NetworkMemberExtension())
+        # Audit's sentences name a shaping profile in network's words (apps/audit/words.py).
+        from apps.network.models import shaping_profile_label
+
+        profile_label_register(shaping_profile_label)

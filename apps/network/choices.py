@@ -19,3 +19,12 @@ class Direction(models.TextChoices):
 
     INBOUND = "inbound", _("Inbound (from the Internet)")
     OUTBOUND = "outbound", _("Outbound (from members)")
+
+
+class LiveStatus(models.TextChoices):
+    """Whether the firewalls enforce a row (docs/live-state.md)."""
+
+    LIVE = "live", _("live")
+    PENDING = "pending", _("pending")
+    FAILED = "failed", _("failed")
+    OFF = "off", _("not in force")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import redis
 from django.db import transaction
 
-from apps.firewall.pipeline import firewall_change_request
+from apps.network.extensions import network_extensions
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -22,11 +22,13 @@ logger = logging.getLogger(__name__)
 
 
 def network_changed(*, cause: str, actor: User | None) -> None:
-    """A committed change of network state: every site compiles and pushes (debounced)."""
+    """A committed change of network state: every site compiles and pushes (debounced; the
+    firewall app's part, apps/network/extensions.py)."""
     name = actor.get_username() if getattr(actor, "is_authenticated", False) else "system"
     logger.info("network changed: %s (by %s)", cause, name)
     try:
-        firewall_change_request(cause=f"{cause} (by {name})")
+        for extension in network_extensions():
+            extension.network_changed(cause=f"{cause} (by {name})")
     except redis.RedisError as exc:
         # The change is committed; the next change or the health beat's drift check carries it.
         logger.warning("network change not recorded in Redis: %s", exc)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from django.core.cache import cache
@@ -19,7 +18,7 @@ from django.utils.translation import gettext as _
 
 from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.audit.services import audit_record
-from apps.firewall.transport import FirewallUnreachable, session_for
+from apps.network.extensions import ProbeUnreachable, network_extensions
 from apps.network.models import Ipv6Opening, NetworkSettings, PortForward
 
 if TYPE_CHECKING:
@@ -79,6 +78,23 @@ def _targets_of_opening(opening: Ipv6Opening) -> list[tuple[str, str, int]]:
     return [(p, str(opening.device.ipv6), port) for p in protocols]
 
 
+def _probe_answers(
+    settings_row: NetworkSettings, targets: list[tuple[str, str, int]]
+) -> list[tuple[bool, str, dict[str, Any]]]:
+    """The probe host's answers, through the app that reaches it (apps/network/extensions.py:
+    firewall's SSH transport)."""
+    for extension in network_extensions():
+        answers = extension.probe_run(
+            address=settings_row.probe_address,
+            port=settings_row.probe_port,
+            ssh_user=settings_row.probe_user,
+            targets=targets,
+        )
+        if answers is not None:
+            return answers
+    raise ProbeUnreachable(_("no app reaches a probe host"))
+
+
 def _run(
     *, actor: User, member_id: int, obj: Any, targets: list[tuple[str, str, int]]
 ) -> list[ProbeResult]:
@@ -98,25 +114,15 @@ def _run(
             raise ProbeRefused(
                 _("You may test %(n)d times an hour; please try again later.") % {"n": limit}
             )
-    host = SimpleNamespace(
-        address=settings_row.probe_address,
-        port=settings_row.probe_port,
-        ssh_user=settings_row.probe_user,
-    )
     results = []
     try:
-        with session_for(host, agent=False) as session:
-            for protocol, address, port in targets:
-                reply = session.call("probe", protocol, address, str(port), timeout=20)
-                if not reply.ok or reply.data.get("result") not in RESULTS:
-                    raise ProbeRefused(_("The probe host refused: %(m)s") % {"m": reply.message})
-                results.append(
-                    ProbeResult(
-                        protocol, address, port, reply.data["result"], reply.data.get("rtt_ms")
-                    )
-                )
-    except FirewallUnreachable as exc:
+        answers = _probe_answers(settings_row, targets)
+    except ProbeUnreachable as exc:
         raise ProbeRefused(_("The probe host does not answer: %(e)s") % {"e": exc}) from None
+    for (protocol, address, port), (ok, message, data) in zip(targets, answers, strict=False):
+        if not ok or data.get("result") not in RESULTS:
+            raise ProbeRefused(_("The probe host refused: %(m)s") % {"m": message})
+        results.append(ProbeResult(protocol, address, port, data["result"], data.get("rtt_ms")))
     cache.set(key, [r.__dict__ | {"cached": False} for r in results], CACHE_SECONDS)
     audit_record(
         actor=actor,

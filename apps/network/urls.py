@@ -5,7 +5,6 @@ from apps.network import exports, views
 app_name = "network"
 urlpatterns = [
     path("office-hours/devices.csv", exports.DeviceExportView.as_view(), name="device_export"),
-    path("office-hours/leases.csv", exports.LeaseExportView.as_view(), name="lease_export"),
     path("live/<str:kind>/<int:pk>/", views.LiveStateView.as_view(), name="live_state"),
     path(
         "members/<int:member_pk>/devices/", views.DeviceSectionView.as_view(), name="device_section"

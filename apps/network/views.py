@@ -17,11 +17,11 @@ from django_htmx.http import trigger_client_event
 
 from apps.accounts.roles import STAFF_ROLES, has_role
 from apps.core.htmx import htmx_partial
-from apps.firewall.live import LiveHosts, live_attach, live_hosts
 from apps.members.choices import NETWORKED_STATUSES
 from apps.members.models import Member
 from apps.members.selectors import member_get
 from apps.network.errors import NetworkError
+from apps.network.extensions import devices_shown, live_attach, live_hosts
 from apps.network.forms import (
     DeviceForm,
     Ipv6OpeningForm,
@@ -50,15 +50,6 @@ from apps.network.services import (
 )
 
 
-def leases_attach(devices: list[Device]) -> None:
-    """Each device's newest DHCP lease as `device.lease` (None: no host reported one yet)."""
-    from apps.dhcp.selectors import newest_leases  # up a floor: the leases column
-
-    newest = newest_leases([d.mac for d in devices])
-    for device in devices:
-        device.lease = newest.get(device.mac)
-
-
 def devices_context(
     *,
     request: HttpRequest,
@@ -80,7 +71,7 @@ def devices_context(
     hosts = live_hosts() if devices_live or sections else None
     if devices_live:
         live_attach(devices, hosts=hosts)
-    leases_attach(devices)
+    devices_shown(devices)  # dhcp: each device's newest lease
     extra: dict[str, Any] = {}
     if sections:
         shared = {"devices": devices, "hosts": hosts, "net": net}
@@ -216,7 +207,7 @@ def forwards_context(
     editing: int | None = None,
     edit_form: PortForwardForm | None = None,
     notice: str = "",
-    hosts: LiveHosts | None = None,
+    hosts: Any = None,
     net: NetworkSettings | None = None,
 ) -> dict[str, Any]:
     """The port-forwards section: forwards grouped by device, the add form, the limit."""
@@ -256,7 +247,7 @@ def openings_context(
     editing: int | None = None,
     edit_form: Ipv6OpeningForm | None = None,
     notice: str = "",
-    hosts: LiveHosts | None = None,
+    hosts: Any = None,
     net: NetworkSettings | None = None,
 ) -> dict[str, Any]:
     """The IPv6-openings section: openings grouped by device, the add form, the limit."""

@@ -24,15 +24,16 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from apps.audit.services import audit_changes, audit_record
-from apps.firewall.choices import LiveStatus
 from apps.firewall.live import live_attach, live_hosts
 from apps.infra.redis import redis_client
 from apps.members.choices import MemberStatus
 from apps.members.models import Member
+from apps.network.choices import LiveStatus
 from apps.notifications import dispatch
 from apps.notifications.choices import LiveOutcome, LiveWhat, MailStatus, NoticeKind
 from apps.notifications.mail import notices_mail
 from apps.notifications.models import LiveCheck, Notice, Preference
+from apps.notifications.subjects import incident_facts
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -234,16 +235,11 @@ def incident_notices_create(*, incident_id: int) -> int:
     """Tell every member living in a building of a public incident (once per member, however
     often this runs); returns how many members were asked to be told. Runs in a task: an outage
     of thousands of members never holds the request that declared it."""
-    from apps.tickets.models import Incident  # up a floor: the incident told about
-
-    incident = Incident.objects.filter(pk=incident_id).prefetch_related("buildings").first()
-    if incident is None or not incident.public or not incident.is_open:
-        return 0
-    buildings = list(incident.buildings.all())
-    if not buildings:
+    incident = incident_facts(incident_id)  # read by the tickets app (subjects.py)
+    if incident is None:
         return 0
     member_ids = (
-        Member.objects.filter(room__building__in=buildings)
+        Member.objects.filter(room__building__in=incident.building_ids)
         .exclude(status=MemberStatus.ENDED)
         .order_by("pk")
         .values_list("pk", flat=True)
@@ -252,7 +248,7 @@ def incident_notices_create(*, incident_id: int) -> int:
         "incident": incident.pk,
         "title": incident.title,
         "description": incident.description,
-        "buildings": [b.code for b in buildings],
+        "buildings": list(incident.building_codes),
         "started_at": incident.started_at.isoformat(),
     }
     with transaction.atomic():
@@ -265,7 +261,7 @@ def incident_notices_create(*, incident_id: int) -> int:
         audit_record(
             actor=None,
             action="notice.incident",
-            obj=incident,
+            obj=incident.row,
             changes={"members": [None, told], "buildings": [None, params["buildings"]]},
         )
     return told

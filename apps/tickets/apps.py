@@ -1,8 +1,10 @@
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
+from apps.audit.words import detail_words_register
 from apps.health.signals import public_face_changed
 from apps.members.extensions import member_extension_register
+from apps.notifications.subjects import incident_reader_register
 
 
 class TicketsConfig(AppConfig):
@@ -16,6 +18,14 @@ class TicketsConfig(AppConfig):
         from apps.tickets.extension import TicketsMemberExtension
 
         member_extension_register(TicketsMemberExtension())
+        # Audit's sentences word a ticket update in the tickets app's words (apps/audit/words.py).
+        from apps.tickets.history import update_sentences
+
+        detail_words_register("ticket.update", update_sentences)
+        # An incident's notices are made by the notifications app from what it reads here.
+        from apps.tickets.selectors import incident_facts_read
+
+        incident_reader_register(incident_facts_read)
         # A failover or a host lost (apps/health/signals.py): the status page says so at once.
         from apps.tickets import status  # it reads models too
 

@@ -15,6 +15,7 @@ from apps.firewall.live import live_attach
 from apps.health.selectors import firewall_host_states
 from apps.members.selectors import member_of_user
 from apps.network.selectors import member_devices, member_port_forwards
+from apps.notifications.subjects import IncidentFacts
 from apps.tickets.choices import ACTIVE_STATUSES, InboundStatus, MessageKind, TicketStatus
 from apps.tickets.models import Attachment, InboundMail, Incident, Message, Ticket
 
@@ -216,3 +217,23 @@ def ticket_member_context(*, actor: User, ticket: Ticket) -> dict[str, Any]:
         "port_forwards": forwards,
         "firewall_health": firewall_host_states(),
     }
+
+
+def incident_facts_read(incident_id: int) -> IncidentFacts | None:
+    """A public, open incident in at least one building, as its residents' notices tell it
+    (apps/notifications/subjects.py); None otherwise."""
+    incident = Incident.objects.filter(pk=incident_id).prefetch_related("buildings").first()
+    if incident is None or not incident.public or not incident.is_open:
+        return None
+    buildings = list(incident.buildings.all())
+    if not buildings:
+        return None
+    return IncidentFacts(
+        row=incident,
+        pk=incident.pk,
+        title=incident.title,
+        description=incident.description,
+        building_ids=tuple(b.pk for b in buildings),
+        building_codes=tuple(b.code for b in buildings),
+        started_at=incident.started_at,
+    )

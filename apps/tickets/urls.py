@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.tickets import exports, views
+from apps.tickets import exports, incident_views, member_views, views
 
 app_name = "tickets"
 urlpatterns = [
@@ -18,38 +18,50 @@ urlpatterns = [
         name="ticket_confirm_sender",
     ),
     path("support/tickets/<int:pk>/canned/", views.CannedFillView.as_view(), name="canned_fill"),
-    path("support/incidents/", views.IncidentListView.as_view(), name="incident_list"),
-    path("support/incidents/<int:pk>/", views.IncidentDetailView.as_view(), name="incident_detail"),
+    path("support/incidents/", incident_views.IncidentListView.as_view(), name="incident_list"),
+    path(
+        "support/incidents/<int:pk>/",
+        incident_views.IncidentDetailView.as_view(),
+        name="incident_detail",
+    ),
     path(
         "support/incidents/<int:pk>/update/",
-        views.IncidentUpdateView.as_view(),
+        incident_views.IncidentUpdateView.as_view(),
         name="incident_update",
     ),
     path(
         "support/incidents/<int:pk>/mass-reply/",
-        views.IncidentMassReplyView.as_view(),
+        incident_views.IncidentMassReplyView.as_view(),
         name="incident_mass_reply",
     ),
     path(
-        "support/incidents/<int:pk>/link/", views.IncidentLinkView.as_view(), name="incident_link"
+        "support/incidents/<int:pk>/link/",
+        incident_views.IncidentLinkView.as_view(),
+        name="incident_link",
     ),
     path(
         "support/incidents/<int:pk>/unlink/",
-        views.IncidentUnlinkView.as_view(),
+        incident_views.IncidentUnlinkView.as_view(),
         name="incident_unlink",
     ),
     path(
         "support/incidents/<int:pk>/solve/",
-        views.IncidentSolveView.as_view(),
+        incident_views.IncidentSolveView.as_view(),
         name="incident_solve",
     ),
-    path("support/incidents/<int:pk>/end/", views.IncidentEndView.as_view(), name="incident_end"),
     path(
-        "support/incidents/<int:pk>/edit/", views.IncidentEditView.as_view(), name="incident_edit"
+        "support/incidents/<int:pk>/end/",
+        incident_views.IncidentEndView.as_view(),
+        name="incident_end",
+    ),
+    path(
+        "support/incidents/<int:pk>/edit/",
+        incident_views.IncidentEditView.as_view(),
+        name="incident_edit",
     ),
     path(
         "support/incidents/<int:pk>/merge/",
-        views.IncidentMergeView.as_view(),
+        incident_views.IncidentMergeView.as_view(),
         name="incident_merge",
     ),
     path("support/quarantine/", views.QuarantineView.as_view(), name="quarantine"),
@@ -61,7 +73,7 @@ urlpatterns = [
     ),
     path("support/stats/", views.StatsView.as_view(), name="stats"),
     path("attachments/<int:pk>/", views.AttachmentView.as_view(), name="attachment"),
-    path("tickets/", views.MyTicketListView.as_view(), name="my_tickets"),
-    path("tickets/<int:pk>/", views.MyTicketDetailView.as_view(), name="my_ticket"),
-    path("status/", views.StatusPageView.as_view(), name="status_page"),
+    path("tickets/", member_views.MyTicketListView.as_view(), name="my_tickets"),
+    path("tickets/<int:pk>/", member_views.MyTicketDetailView.as_view(), name="my_ticket"),
+    path("status/", member_views.StatusPageView.as_view(), name="status_page"),
 ]

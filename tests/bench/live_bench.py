@@ -34,7 +34,7 @@ def _free_port() -> int:
 def confirm_everywhere(after) -> None:
     """Every host confirms a version newer than `after` and reads back a matching digest."""
     from apps.firewall.models import FirewallHost, PushLogEntry
-    from apps.firewall.rollout import ruleset_version_store
+    from apps.firewall.versions import ruleset_version_store
 
     for host in FirewallHost.objects.all():
         version = ruleset_version_store(

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from apps.firewall.models import FirewallHost
-from apps.firewall.rollout import ruleset_version_store
+from apps.firewall.versions import ruleset_version_store
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -25,7 +25,8 @@ from workers.ruleset.diff import Incremental, diff
 from workers.ruleset.ha import conntrackd_config, keepalived_config
 from workers.ruleset.kea import kea_config, ra_config
 from workers.ruleset.render import Compiled, render
-from workers.ruleset.snapshot import Snapshot, SnapshotError
+from workers.ruleset.snapshot import Snapshot
+from workers.ruleset.values import SnapshotError
 
 NFT = "nft"
 TC = "tc"

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from ipaddress import IPv4Address, IPv6Address
 
-from workers.ruleset.snapshot import Ha, Snapshot
+from workers.ruleset.host import Ha
+from workers.ruleset.snapshot import Snapshot
 
 FAMILIES = (("ipv4", 4), ("ipv6", 6))
 

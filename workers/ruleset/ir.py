@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.ruleset.snapshot import ShapingRoot
+from workers.ruleset.values import ShapingRoot
 
 ELEMENT_SEP = " : "  # separates key and value of a map element; never inside a key
 

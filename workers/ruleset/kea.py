@@ -19,7 +19,8 @@ import functools
 import json
 from collections.abc import Callable
 
-from workers.ruleset.snapshot import Dhcp, Snapshot
+from workers.ruleset.host import Dhcp
+from workers.ruleset.snapshot import Snapshot
 
 LEASE_CMDS_HOOK = "/usr/lib/x86_64-linux-gnu/kea/hooks/libdhcp_lease_cmds.so"
 SUBNET_ID = 1

@@ -37,7 +37,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from workers.ruleset.ir import HtbClass, Ruleset, SetDef, Shaper
-from workers.ruleset.snapshot import ShapingRoot
+from workers.ruleset.values import ShapingRoot
 
 PFIFO_LIMIT = 1000
 

@@ -4,12 +4,11 @@ each, audited, hooked."""
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from apps.abuse.services import device_addresses_record
 from apps.audit.services import audit_changes, audit_record
 from apps.members.models import Room
 from apps.network.errors import (
@@ -43,6 +42,7 @@ from apps.network.services.helpers import (
     mac_clean,
     room_ipv6_prefix_next,
 )
+from apps.network.signals import device_addresses_changed
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -72,9 +72,7 @@ def device_add(*, member: Member, name: str, mac: str, actor: User) -> Device:
         member=member, name=name, mac=mac, ipv4=ipv4, ipv6=device_ipv6(room=member.room, mac=mac)
     )
     _save_device(device)
-    device_addresses_record(
-        device=device, before={}, after=_device_values(device), cause="device.add"
-    )
+    _addresses_changed(device=device, before={}, after=_device_values(device), cause="device.add")
     _network_row_recorded(
         actor=actor,
         action="device.add",
@@ -112,7 +110,7 @@ def device_change(
     if not fields:
         return device
     _save_device(device, update_fields=[*fields, "updated_at"])
-    device_addresses_record(
+    _addresses_changed(
         device=device, before=before, after=_device_values(device), cause="device.change"
     )
     _network_row_recorded(
@@ -124,6 +122,12 @@ def device_change(
         member=member,
     )
     return device
+
+
+def _addresses_changed(**change: Any) -> None:
+    """Tell the floors above (the abuse history) what the device holds now."""
+    change.setdefault("at", None)
+    device_addresses_changed.send(sender=Device, **change)
 
 
 def _device_delete(*, device: Device, actor: User, action: str) -> None:
@@ -141,7 +145,7 @@ def _device_delete(*, device: Device, actor: User, action: str) -> None:
         else:
             _forward_delete(forward=forward, actor=actor)
     values = _device_values(device)
-    device_addresses_record(device=device, before=values, after={}, cause=action)
+    _addresses_changed(device=device, before=values, after={}, cause=action)
     audit_record(
         actor=actor,
         action=action,
@@ -179,7 +183,7 @@ def devices_readdress(*, member: Member, room: Room, actor: User) -> None:
         device.ipv4 = new_ipv4.get(device.pk, device.ipv4)
         device.ipv6 = device_ipv6(room=room, mac=device.mac)
         _save_device(device, update_fields=["ipv4", "ipv6", "updated_at"])
-        device_addresses_record(
+        _addresses_changed(
             device=device, before=before, after=_device_values(device), cause="device.readdress"
         )
         audit_record(

@@ -10,7 +10,6 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from apps.abuse.services import public_ipv4_quarantine_record
 from apps.audit.services import audit_changes, audit_record
 from apps.network.choices import Direction, Protocol
 from apps.network.errors import (
@@ -32,6 +31,7 @@ from apps.network.models import (
 )
 from apps.network.ports import PortRange
 from apps.network.services.helpers import _constraint, _lock_member, _network_row_recorded
+from apps.network.signals import public_ipv4_quarantined
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -578,7 +578,9 @@ def public_ipv4_release(*, member: Member, actor: User | None) -> PublicAddress 
     until = now + dt.timedelta(days=days)
     address.member, address.quarantined_until, address.assigned_at = None, until, None
     address.save(update_fields=["member", "quarantined_until", "assigned_at"])
-    public_ipv4_quarantine_record(address=address.address, member=member, at=now, until=until)
+    public_ipv4_quarantined.send(
+        sender=PublicAddress, address=address.address, member=member, at=now, until=until
+    )
     audit_record(
         actor=actor,
         action="public_ipv4.quarantine",

@@ -12,7 +12,6 @@ from django.db import IntegrityError, transaction
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 
-from apps.abuse.services import public_ipv4_assign_record
 from apps.audit.services import audit_changes, audit_record
 from apps.core.mac import eui64_interface_id, mac_normalize, mac_validate_unicast
 from apps.members.models import Member, Room
@@ -27,6 +26,7 @@ from apps.network.errors import (
 )
 from apps.network.hooks import network_changed_on_commit
 from apps.network.models import Device, Family, PublicAddress, PublicPool, Subnet
+from apps.network.signals import public_ipv4_assigned
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -192,7 +192,7 @@ def public_ipv4_allocate(*, member: Member, actor: User) -> PublicAddress:
         raise PoolExhausted(
             _("All public IPv4 addresses are in use. An admin has to add a public pool first.")
         )
-    public_ipv4_assign_record(address=address.address, member=member, at=now)
+    public_ipv4_assigned.send(sender=PublicAddress, address=address.address, member=member, at=now)
     audit_record(
         actor=actor,
         action="public_ipv4.assign",

@@ -10,6 +10,9 @@ Standard library only; run inside a lab namespace (``ip netns exec pl-dorm pytho
         waits for its echo, every S seconds, until FILE exists; prints one JSON result line:
         per label: opened, failed, resets (connection reset or closed), silent (no echo during
         the last second), and the longest silence between two echoes (max_gap) per flow.
+        When FILE.mark appears, it notes the moment and keeps FILE.pending up to date: how many
+        flows have not echoed since (0: every flow is alive after the mark); the result then
+        also counts, per label, the flows that never echoed after the mark (not_after_mark).
 """
 
 from __future__ import annotations
@@ -173,8 +176,18 @@ async def run(specs: list[dict], interval: float, stop_file: str, max_seconds: f
     await asyncio.sleep(max(1.0, interval * 5))  # every flow echoed at least once
     print(f"established {sum(opened.values())} failed {sum(failed.values())}", flush=True)
     deadline = time.monotonic() + max_seconds
+    mark: float | None = None
+    next_report = 0.0
     while not os.path.exists(stop_file) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
+        if mark is None and os.path.exists(stop_file + ".mark"):
+            mark = time.monotonic()
+        if mark is not None and time.monotonic() >= next_report:
+            pending = sum(1 for f in flows if f.last <= mark)
+            tmp = stop_file + ".pending.tmp"
+            Path(tmp).write_text(str(pending))
+            os.replace(tmp, stop_file + ".pending")
+            next_report = time.monotonic() + 0.2
     end = time.monotonic()
     stop.set()
     await asyncio.sleep(interval * 2)
@@ -193,6 +206,7 @@ async def run(specs: list[dict], interval: float, stop_file: str, max_seconds: f
             "max_gap": [round(max(f.max_gap, end - f.last if f.last else 0), 3) for f in mine],
             "echoes": sum(f.echoes for f in mine),
             "silences": sorted(x for f in mine for x in f.silences),
+            "not_after_mark": None if mark is None else sum(1 for f in mine if f.last <= mark),
         }
     return out
 
@@ -246,6 +260,21 @@ class Traffic:
         ]
         self.established = [first_line(c) for c in self.clients]
         self.total = sum(counts)
+
+    def all_alive_after_now(self, within: float) -> tuple[bool, float]:
+        """Mark this moment and wait (at most WITHIN seconds) until every flow has echoed after
+        it: a connection that survived a transition talks again, at the latest after TCP's
+        retransmission backoff (0.2, 0.4, 0.8, 1.6, 3.2, 6.4 s); a lost one never does.
+        Returns whether all did, and how long that took."""
+        started = time.monotonic()
+        pending_file = Path(f"{self.stop_file}.pending")
+        pending_file.unlink(missing_ok=True)
+        Path(f"{self.stop_file}.mark").write_text("mark")
+        while time.monotonic() - started < within:
+            if pending_file.exists() and pending_file.read_text().strip() == "0":
+                return True, round(time.monotonic() - started, 2)
+            time.sleep(0.1)
+        return False, round(time.monotonic() - started, 2)
 
     def finish(self) -> dict:
         self.stop_file.write_text("stop")

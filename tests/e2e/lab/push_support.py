@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from apps.firewall.models import FirewallHost, RuleSetVersion
-from apps.firewall.rollout import ruleset_version_store
+from apps.firewall.versions import ruleset_version_store
 from workers.ruleset import compile_snapshot
 from workers.ruleset import snapshot as s
 

@@ -15,7 +15,8 @@ from lab_support import LAB_VAR, fw, in_ns, lab_sh, portal_tables_text, ssh_argv
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost
-from apps.firewall.rollout import _Push, ruleset_rollout
+from apps.firewall.order import ruleset_rollout
+from apps.firewall.push import Push
 from apps.firewall.transport import AGENT_PROTOCOL
 from tests.e2e.lab.push_support import version
 
@@ -100,7 +101,7 @@ def test_a_portal_expecting_another_agent_applies_nothing_and_says_so(hosts, mon
 
 def _dies_after_apply(monkeypatch, kill) -> None:
     """After the first host's apply-bundle answered, `kill(push, session)` runs once."""
-    apply = _Push.apply
+    apply = Push.apply
     done: list[bool] = []
 
     def apply_then_kill(self, session, increment, during=None):
@@ -110,7 +111,7 @@ def _dies_after_apply(monkeypatch, kill) -> None:
             kill(self, session)
         return reply
 
-    monkeypatch.setattr(_Push, "apply", apply_then_kill)
+    monkeypatch.setattr(Push, "apply", apply_then_kill)
 
 
 def _both_back_on(good, timeout: float) -> bool:

@@ -9,7 +9,7 @@ from lab_support import in_ns
 from push_support import version
 
 from apps.firewall.models import FirewallHost
-from apps.firewall.rollout import ruleset_rollout
+from apps.firewall.order import ruleset_rollout
 from apps.health.services import host_health_collect, host_warnings
 from workers.health import firewall_health_collect
 

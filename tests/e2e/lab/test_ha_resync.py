@@ -41,10 +41,14 @@ HOSTS = ("pl-nat1", "pl-nat2")
 # The flows' destination ports (the original direction) per family, and how many there are.
 FLOWS = {"ipv4": {9001: 600, 8080: 200, 9002: 50}, "ipv6": {8443: 150}}
 HEAL_WITHIN = 5.0  # seconds after a transition
-# A lost TCP connection never echoes again (its packets are invalid on the new primary). On a
-# busy machine a live flow can wait 2-3.5 s for its echo (measured), so "no echo during the
-# last second" is no proof of loss: no flow may have been silent this long.
-LOST_AFTER = 5.0
+# A lost TCP connection never echoes again (its packets are invalid on the new primary); one
+# that survived talks again after the transition, but a flow whose packets fell into the
+# takeover's gap (VRRP's detection, ~3 s after a host goes down) waits out TCP's retransmission
+# backoff: a retry at 3.0 s after the first loss that still misses means the next one at 6.2 s,
+# so a live flow can be silent 6-8 s (7.49 s seen in a CI-like run). Silence is therefore no
+# proof of loss: after the last transition every flow must talk again, within this bound
+# (backoff up to the 6.4 s retry, doubled for a loaded machine).
+ALIVE_WITHIN = 25.0
 DPORT = re.compile(r"\bdport=(\d+)")
 
 
@@ -183,12 +187,8 @@ def forget_flows() -> None:
                         "--orig-port-dst", str(port))  # fmt: skip
 
 
-last_transition = [0.0]
-
-
 def transition(*args: str) -> None:
     done = lab_sh(*args)
-    last_transition[0] = time.monotonic()
     assert done.returncode == 0, (args, done.stderr)
 
 
@@ -223,8 +223,8 @@ def test_after_every_transition_both_hosts_hold_the_peers_states_and_no_flow_is_
         timeline.check("failover nat2", "pl-nat1", "pl-nat1")
         transition("failback")
         timeline.check("failback", "pl-nat1", "pl-nat2")
-        # A flow lost at the last transition stays silent from then on: give it time to show.
-        time.sleep(max(0.0, LOST_AFTER + 3 - (time.monotonic() - last_transition[0])))
+        # A flow lost at any transition stays silent from then on; every other flow talks again.
+        all_alive, alive_after = traffic.all_alive_after_now(ALIVE_WITHIN)
         timeline.finished_at = round(time.monotonic() - timeline.t0, 2)
         result = traffic.finish()
     finally:
@@ -235,6 +235,9 @@ def test_after_every_transition_both_hosts_hold_the_peers_states_and_no_flow_is_
         lab_sh("host-up", "nat2")
         lab_sh("failback")
     sys.stdout.write("\n" + "\n".join(json.dumps(s) for s in timeline.steps) + "\n")
+    gaps = {label: max(f["max_gap"], default=None) for label, f in (result or {}).items()}
+    sys.stdout.write(f"longest silence per kind (s): {gaps}; all talked again {alive_after} s"
+                     " after the last transition\n")  # fmt: skip
     slow = [
         (s["step"], host, s["healed_after_s"][host], s["still_missing"][host])
         for s in timeline.steps
@@ -247,8 +250,9 @@ def test_after_every_transition_both_hosts_hold_the_peers_states_and_no_flow_is_
     for label, flows in result.items():
         assert flows["opened"] == {"snat": 600, "dnat": 200, "ipv6": 150, "udp": 50}[label]
         assert flows["resets"] == 0, (label, flows["reset_kinds"])
-        stalled = [gap for gap in flows["max_gap"] if gap >= LOST_AFTER]
-        assert not stalled, (label, len(stalled), max(stalled))
+        # 0 connections lost: every flow talked after the last transition.
+        assert flows["not_after_mark"] == 0, (label, flows["not_after_mark"], alive_after)
+    assert all_alive, alive_after
 
     # What staff see once the states are back (the last step's samples), on the list and on
     # each host's page.

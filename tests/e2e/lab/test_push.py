@@ -10,7 +10,7 @@ from push_support import version
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry
-from apps.firewall.rollout import ruleset_rollout
+from apps.firewall.order import ruleset_rollout
 from apps.firewall.transport import FirewallSession, FirewallUnreachable
 
 pytestmark = [pytest.mark.lab, pytest.mark.django_db]
@@ -208,7 +208,7 @@ def test_pushes_reuse_the_open_connection_and_notice_when_it_is_gone(hosts):
 
 
 def test_the_warm_up_opens_the_connections_the_first_rollout_uses(hosts):
-    from apps.firewall.rollout import compiled_warm
+    from apps.firewall.compiled import compiled_warm
     from apps.firewall.transport import POOL
 
     POOL.close()

@@ -16,7 +16,7 @@ from lab_support import LAB_VAR, REPO, apply, fw, label, ruleset
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost
-from apps.firewall.rollout import ruleset_rollout
+from apps.firewall.order import ruleset_rollout
 from tests.e2e.lab.push_support import version
 
 pytestmark = [pytest.mark.lab, pytest.mark.django_db]

@@ -95,9 +95,9 @@ def test_lease_export_follows_the_searched_mac(residents):
             starts=now - timedelta(hours=1), ends=now + timedelta(hours=1), seen_at=now,
         )  # fmt: skip
     client = staff()
-    rows = rows_of(client.get(reverse("network:lease_export"), {"q": "02-00-00-00-aa-01"}))
+    rows = rows_of(client.get(reverse("dhcp:lease_export"), {"q": "02-00-00-00-aa-01"}))
     assert [(r[0], r[1], r[6]) for r in rows[1:]] == [("10.100.0.10", "02:00:00:00:aa:01", "'+tv")]
-    assert len(rows_of(client.get(reverse("network:lease_export")))) == 4
+    assert len(rows_of(client.get(reverse("dhcp:lease_export")))) == 4
 
 
 def test_ticket_export_uses_the_inbox_filters_and_support_roles_only(make_user):
@@ -130,7 +130,7 @@ def test_ticket_export_uses_the_inbox_filters_and_support_roles_only(make_user):
 
 
 @pytest.mark.parametrize(
-    "name", ["members:member_export", "network:device_export", "network:lease_export"]
+    "name", ["members:member_export", "network:device_export", "dhcp:lease_export"]
 )
 def test_members_cannot_download_the_office_hours_tables(make_user, name):
     member = Client()
@@ -157,4 +157,4 @@ def test_each_download_is_audited_with_its_filter(residents):
 def test_office_hours_offers_the_downloads_for_the_current_search(residents):
     page = staff().get(reverse("members:office_hours"), {"q": "A-101"}).text
     assert f'href="{reverse("members:member_export")}?q=A-101"' in page
-    assert f'href="{reverse("network:lease_export")}?q=A-101"' in page
+    assert f'href="{reverse("dhcp:lease_export")}?q=A-101"' in page

@@ -13,7 +13,7 @@ from django.utils import timezone, translation
 
 from apps.audit.sentences import cause_sentences
 from apps.firewall.models import FirewallHost
-from apps.firewall.rollout import ruleset_version_store
+from apps.firewall.versions import ruleset_version_store
 from apps.network.models import ShapingProfile
 from apps.tickets.services import incident_declare, incident_tickets_link, ticket_open
 from tests.factories import UserFactory, member_on_test

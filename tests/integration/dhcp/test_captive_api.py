@@ -104,8 +104,8 @@ def test_a_post_is_refused_and_changes_nothing(client, garden):
 
 
 def test_the_setting_reaches_kea_and_the_rule_set_with_the_next_compile():
+    from apps.firewall.compiled import ruleset_compile
     from apps.firewall.models import Site
-    from apps.firewall.rollout import ruleset_compile
 
     host = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11", serves_dhcp=True)
     Site.objects.filter(pk=host.site_id).update(member_network4="10.0.0.0/8")

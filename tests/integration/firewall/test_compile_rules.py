@@ -5,8 +5,9 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
+from apps.firewall.compiled import ruleset_compile
 from apps.firewall.models import FirewallHost, RuleSetVersion
-from apps.firewall.rollout import ruleset_compile, version_snapshots_store
+from apps.firewall.versions import version_snapshots_store
 from apps.network.models import Device
 from tests.factories import device_add, forward_add, member_active
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from apps.firewall.compiled import ruleset_compile
 from apps.firewall.models import FirewallHost, Site
-from apps.firewall.rollout import ruleset_compile
 from apps.network.services import device_remove
 from tests.factories import device_add, forward_add, member_active
 

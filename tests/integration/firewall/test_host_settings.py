@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
+from apps.firewall.compiled import ruleset_compile
 from apps.firewall.models import FirewallHost
-from apps.firewall.rollout import ruleset_compile
 from tests.factories import device_add, member_on_test
 
 pytestmark = pytest.mark.django_db

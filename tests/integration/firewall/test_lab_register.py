@@ -108,7 +108,7 @@ def test_health_beat_compiles_a_site_left_alone_too_long(settings, firewall_redi
 
 def _applied(host: FirewallHost, char: str):
     """Store a (content-free) version for `host` and mark it applied there."""
-    from apps.firewall.rollout import ruleset_version_store
+    from apps.firewall.versions import ruleset_version_store
 
     version = ruleset_version_store(
         host=host,

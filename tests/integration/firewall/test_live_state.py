@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from apps.firewall.live import live_states
 from apps.firewall.models import FirewallHost, PushLogEntry
-from apps.firewall.rollout import ruleset_version_store
+from apps.firewall.versions import ruleset_version_store
 from tests.factories import READ_BACK
 
 pytestmark = pytest.mark.django_db

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
+from apps.firewall.compiled import ruleset_compile
 from apps.firewall.live import live_attach
 from apps.firewall.models import FirewallHost, Site
-from apps.firewall.rollout import ruleset_compile
 from apps.firewall.snapshot import firewall_snapshot_build, snapshot_data_read
 from apps.network.models import Ipv6Opening, PortForward
 from tests.factories import (

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from apps.firewall.choices import PushStatus
+from apps.firewall.compiled import CompileError, ruleset_compile
 from apps.firewall.models import FirewallHost, RuleSetVersion
 from apps.firewall.pipeline import (
     LockBusy,
@@ -17,7 +18,6 @@ from apps.firewall.pipeline import (
     scheduled_key,
     site_lock,
 )
-from apps.firewall.rollout import CompileError, ruleset_compile
 from apps.firewall.snapshot import firewall_snapshot_build, snapshot_data_read
 from apps.infra.redis import redis_client
 from apps.members.services import member_suspend

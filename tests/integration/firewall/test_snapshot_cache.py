@@ -194,22 +194,23 @@ def test_no_warm_up_without_sync_or_without_firewalls(settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_after_a_restart_the_warm_up_makes_the_first_change_an_increment():
-    from apps.firewall import rollout
+    from apps.firewall import compiled
+    from apps.firewall.memo import PUSH_MEMO
     from apps.firewall.models import FirewallHost
 
     host = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
     member = member_active()
     device = device_add(member)
-    (running,) = rollout.ruleset_compile(cause="first")
+    (running,) = compiled.ruleset_compile(cause="first")
     host.mark_applied(running)
-    rollout._COMPILED.clear()  # a fresh worker process: nothing compiled yet
+    PUSH_MEMO.compiled.clear()  # a fresh worker process: nothing compiled yet
     snapshot_cache_clear()
     host.refresh_from_db()
     # (No lab here: the warm-up does not connect to the host.)
-    assert rollout.compiled_warm(connect=False) == ["pl-nat1"]  # it compiled what the host runs
+    assert compiled.compiled_warm(connect=False) == ["pl-nat1"]  # it compiled what the host runs
     forward_add(member, device, ports="8443")
-    (changed,) = rollout.ruleset_compile(cause="second")
-    increment = rollout.increment_for(host=host, version=changed)
+    (changed,) = compiled.ruleset_compile(cause="second")
+    increment = compiled.increment_for(host=host, version=changed)
     assert increment is not None
     assert "8443" in increment.nft
     assert "delete table" not in increment.nft  # elements only, not the whole rule set
@@ -227,7 +228,7 @@ def test_the_firewall_worker_takes_its_first_task_only_after_its_warm_up(setting
     """Celery sends worker_ready before its event loop fetches a message: when the handler
     returns, every host is compiled, so a change that came during the start is sent warm. The
     wait is bounded; a worker of other queues does not warm at all."""
-    from apps.firewall import rollout
+    from apps.firewall.memo import PUSH_MEMO
     from apps.firewall.models import FirewallHost
     from apps.infra.celery import FIREWALL_QUEUE
     from workers import firewall
@@ -235,11 +236,11 @@ def test_the_firewall_worker_takes_its_first_task_only_after_its_warm_up(setting
     host = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
     device_add(member_active())
     settings.PORTAL_FIREWALL_SYNC = True
-    monkeypatch.setattr(rollout, "_COMPILED", {})
+    monkeypatch.setattr(PUSH_MEMO, "compiled", {})
     firewall._warm_when_serving_firewall(sender=_consumer_of("mail", "default"))
-    assert rollout._COMPILED == {}
+    assert PUSH_MEMO.compiled == {}
     firewall._warm_when_serving_firewall(sender=_consumer_of(FIREWALL_QUEUE))
-    assert list(rollout._COMPILED) == [host.pk]  # compiled before the first task is fetched
+    assert list(PUSH_MEMO.compiled) == [host.pk]  # compiled before the first task is fetched
 
     release = threading.Event()
     monkeypatch.setattr(firewall, "snapshot_cache_warm", lambda: release.wait(30))
@@ -249,3 +250,28 @@ def test_the_firewall_worker_takes_its_first_task_only_after_its_warm_up(setting
     waited = time.monotonic() - started
     release.set()
     assert 0.2 <= waited < 5  # a warm-up that hangs holds the worker only this long
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_push_memo_forgets_everything_and_the_next_compile_is_the_same():
+    """Every cache of the push path hangs off PUSH_MEMO; clear() empties all of them (the
+    compiler's too), and what the next compile stores is what the first one did."""
+    from apps.firewall.compiled import ruleset_compile
+    from apps.firewall.memo import PUSH_MEMO
+    from apps.firewall.models import FirewallHost
+
+    FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    member = member_active()
+    forward_add(member, device_add(member), ports="8443")
+    (first,) = ruleset_compile(cause="first")
+    assert PUSH_MEMO.members.members
+    assert PUSH_MEMO.compiled
+    assert PUSH_MEMO.compiler.elements
+    PUSH_MEMO.clear()
+    assert not PUSH_MEMO.members.members
+    assert not PUSH_MEMO.dhcp
+    assert not PUSH_MEMO.compiled
+    assert not PUSH_MEMO.compiler.elements
+    assert PUSH_MEMO.compiler.member_sets is None
+    (again,) = ruleset_compile(cause="again")
+    assert again.content_hash == first.content_hash

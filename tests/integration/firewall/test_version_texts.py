@@ -6,8 +6,9 @@ import pytest
 from django.urls import reverse
 
 from apps.firewall.models import FirewallHost, RuleSetVersion
-from apps.firewall.rollout import ruleset_push, ruleset_version_store, version_texts_write
+from apps.firewall.push import ruleset_push
 from apps.firewall.services import PinRefused, host_pin
+from apps.firewall.versions import ruleset_version_store, version_texts_write
 
 pytestmark = pytest.mark.django_db
 

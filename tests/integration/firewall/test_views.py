@@ -5,7 +5,7 @@ from django.urls import reverse
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry, RuleSetVersion
-from apps.firewall.rollout import ruleset_version_store
+from apps.firewall.versions import ruleset_version_store
 from apps.health.models import HostHealthSample
 
 pytestmark = pytest.mark.django_db

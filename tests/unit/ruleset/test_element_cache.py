@@ -5,29 +5,28 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import importlib
 import weakref
 
 from tests.unit.ruleset.builders import make_member, make_small_members, make_snapshot
 from workers.ruleset import compile_snapshot
+from workers.ruleset import sets as sets_mod
 from workers.ruleset import snapshot as s
-
-build_mod = importlib.import_module("workers.ruleset.build")  # the package exports build()
+from workers.ruleset.memo import MEMO
 
 
 def fresh(snapshot: s.Snapshot) -> str:
     """The nft text and tc batch compiled with no element cache at all (nor the last compile's
     sets and classes, which the other host of a pair reuses)."""
-    saved = dict(build_mod._ELEMENT_CACHE), build_mod._LAST_MEMBER_SETS, build_mod._LAST_CLASSES
-    build_mod._ELEMENT_CACHE.clear()
-    build_mod._LAST_MEMBER_SETS = build_mod._LAST_CLASSES = None
+    saved = MEMO.elements.copy(), MEMO.member_sets, MEMO.classes
+    MEMO.elements.clear()
+    MEMO.member_sets = MEMO.classes = None
     try:
         compiled = compile_snapshot(snapshot)
         return compiled.nft + compiled.tc
     finally:
-        build_mod._ELEMENT_CACHE.clear()
-        build_mod._ELEMENT_CACHE.update(saved[0])
-        build_mod._LAST_MEMBER_SETS, build_mod._LAST_CLASSES = saved[1], saved[2]
+        MEMO.elements.clear()
+        MEMO.elements.update(saved[0])
+        MEMO.member_sets, MEMO.classes = saved[1], saved[2]
 
 
 def cached(snapshot: s.Snapshot) -> str:
@@ -85,9 +84,9 @@ def test_an_unchanged_member_is_not_rendered_again(monkeypatch):
     members = tuple(make_member(mid, public=f"198.51.100.{mid + 40}") for mid in range(100, 130))
     compile_snapshot(make_snapshot(members=members))
     rendered = []
-    original = build_mod._member_elements
+    original = sets_mod._member_elements
     monkeypatch.setattr(
-        build_mod, "_member_elements", lambda m, *a: rendered.append(m.id) or original(m, *a)
+        sets_mod, "_member_elements", lambda m, *a: rendered.append(m.id) or original(m, *a)
     )
     changed = (*members[:-1], dataclasses.replace(members[-1], public_ipv4="198.51.100.99"))
     compile_snapshot(make_snapshot(members=changed))
@@ -157,3 +156,17 @@ def test_members_out_of_order_are_sorted_and_a_sorted_tuple_is_kept():
     backwards = make_snapshot(tuple(reversed(members)))
     assert [m.id for m in backwards.members] == sorted(m.id for m in members)
     assert make_snapshot(list(members)).members == members
+
+
+def test_the_memo_forgets_everything_and_the_next_compile_is_the_same() -> None:
+    members = tuple(make_member(mid, public=f"198.51.100.{mid + 40}") for mid in range(100, 110))
+    snapshot = make_snapshot(members=members)
+    before = cached(snapshot)
+    snapshot.to_json()
+    kept = (MEMO.elements, MEMO.member_sets, MEMO.classes, MEMO.owners, MEMO.member_json)
+    assert all(kept)
+    MEMO.clear()
+    gone = (MEMO.elements, MEMO.member_sets, MEMO.classes, MEMO.owners, MEMO.member_json)
+    assert not any(gone)
+    assert not MEMO.dhcp_json
+    assert cached(snapshot) == before

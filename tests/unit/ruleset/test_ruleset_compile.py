@@ -14,7 +14,8 @@ import pytest
 from tests.unit.ruleset.builders import make_member, make_small_members, make_snapshot
 from workers.ruleset import compile_snapshot
 from workers.ruleset import snapshot as s
-from workers.ruleset.build import class_minors, fmt4, fmt6
+from workers.ruleset.shaping import class_minors
+from workers.ruleset.spelling import fmt4, fmt6
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -241,7 +242,7 @@ def test_ipv6_anti_spoofing_per_member_64_and_per_address_when_shared() -> None:
 
 
 def test_hash_sets_are_sized_and_bounded() -> None:
-    from workers.ruleset.build import capacity
+    from workers.ruleset.spelling import capacity
 
     assert capacity(0) == 1024
     assert capacity(60_000) == 131072

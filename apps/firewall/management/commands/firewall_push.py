@@ -6,9 +6,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from apps.firewall.compiled import CompileError
 from apps.firewall.models import Site
 from apps.firewall.pipeline import LockBusy, firewall_change_request, site_lock
-from apps.firewall.rollout import CompileError, site_sync
+from apps.firewall.rollout import site_sync
 
 
 class Command(BaseCommand):
