@@ -411,6 +411,7 @@ def pipeline_latency_demo() -> Iterable[Row]:
         REDIS_URL=f"unix://{run_dir}/redis.sock?db=2",
         CELERY_BROKER_URL=f"redis+socket://{run_dir}/redis.sock?virtual_host=2",
         PORTAL_BENCH_NO_BURST="1",
+        PORTAL_BENCH_DEMO="1",
     )
     env.pop("PORTAL_FIREWALL_DEBOUNCE", None)  # measured with the default debounce
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)

@@ -179,7 +179,7 @@ def test_pooled_pushes_keep_one_agent_per_connection(hosts):
 
 
 def test_a_refused_increment_is_reported_and_the_portal_sends_the_full_bundle(hosts):
-    from apps.firewall.rollout import increment_for
+    from apps.firewall.compiled import increment_for
 
     good = [version(h) for h in hosts]
     assert all(o.ok for o in ruleset_rollout(versions=good))
