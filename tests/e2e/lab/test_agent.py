@@ -178,9 +178,17 @@ def test_pooled_pushes_keep_one_agent_per_connection(hosts):
     assert {key: agent.hello["pid"] for key, agent in POOL.agents.items()} == pids
 
 
-def test_a_refused_increment_is_reported_and_the_portal_sends_the_full_bundle(hosts):
+def test_a_refused_increment_is_reported_and_the_portal_sends_the_full_bundle(hosts, request):
     from apps.firewall.compiled import increment_for
+    from apps.firewall.memo import PUSH_MEMO
+    from tests.e2e.lab.push_support import compiled_for
 
+    # The worker's memory of what it compiled (it sends an increment only from there).
+    for host in hosts:
+        for port in (8080, 9090):
+            compiled = compiled_for(host.name, port)
+            PUSH_MEMO.compiled_remember(host.pk, compiled.content_hash, compiled, None)
+    request.addfinalizer(PUSH_MEMO.clear)
     good = [version(h) for h in hosts]
     assert all(o.ok for o in ruleset_rollout(versions=good))
     nat1 = FirewallHost.objects.get(name="pl-nat1")
