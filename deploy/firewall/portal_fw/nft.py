@@ -17,6 +17,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from . import elements
 from .common import failed, run
 from .host import Host
 from .netlink import NetlinkError
@@ -117,8 +118,6 @@ def load_increment(host: Host, text: str) -> tuple[subprocess.CompletedProcess[s
     """An increment: element statements as one netlink batch when `elements` encodes them
     all, otherwise `nft -f -` with the text on a pipe. Answers (the result, "netlink"|"nft");
     raises `failed` when the kernel's answer to a batch is lost (state unknown)."""
-    from . import elements
-
     begun = host.journal_begin(text)
     how = "nft"
     try:
