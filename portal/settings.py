@@ -161,8 +161,12 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "apps.accounts.context_processors.roles",
             ],
-            # {% partialdef %} everywhere without {% load %}, as in Django 6.
-            "builtins": ["template_partials.templatetags.partials"],
+            # {% partialdef %} everywhere without {% load %}, as in Django 6; `|when`, the one
+            # way a page writes a date and time (apps/core/localtime.py), on every page.
+            "builtins": [
+                "template_partials.templatetags.partials",
+                "apps.core.templatetags.portal_time",
+            ],
         },
     },
 ]

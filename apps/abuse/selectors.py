@@ -17,6 +17,7 @@ from django.utils.translation import gettext as _
 
 from apps.abuse.choices import HolderKind, HoldingState, Verdict
 from apps.abuse.models import AddressHolding
+from apps.core import localtime
 from apps.dhcp.models import Lease, RegistrationRange
 from apps.members.models import RoomStay
 from apps.network.models import Device, PublicPool, Subnet
@@ -76,7 +77,7 @@ class LookupAnswer:
 def _when(value: dt.datetime | None) -> str:
     if value is None:
         return _("open")
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+    return localtime.when(value)
 
 
 def holding_at(*, address: str, at: dt.datetime) -> AddressHolding | None:

@@ -3,7 +3,10 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
+from apps.accounts import admin_otp
 from apps.accounts.models import SecondFactorAttempts
+
+admin_otp.register(admin.site)  # django-otp's device admins with translated labels
 
 
 @admin.register(SecondFactorAttempts)

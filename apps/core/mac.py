@@ -76,6 +76,7 @@ def eui64_interface_id(mac: str) -> int:
 
 
 def mac_fragment(query: str) -> str:
-    """The hex digits of what may be part of a MAC ("ee:ff", "ddeeff", "cafe"), or ""."""
-    digits = re.sub(r"[:\-]", "", query).lower()
+    """The hex digits of what may be part of a MAC ("ee:ff", "ddeeff", "cafe", "aabb.cc"), or
+    ""."""
+    digits = re.sub(r"[:\-.]", "", query).lower()
     return digits if 4 <= len(digits) <= 11 and re.fullmatch(r"[0-9a-f]+", digits) else ""

@@ -97,7 +97,10 @@ def live_states(
 
     A host enforces a change when the version it confirmed was compiled from a snapshot taken
     after the change and what it read back still matches what it read back at that confirm
-    (no drift); "since" is that host's first such confirmation. Hosts of a site limited to some
+    (no drift); "since" is that host's first such confirmation, or the change itself when the
+    bundle the host already ran carries it (a change that compiles to the same content moves
+    only that version's snapshot time on: nothing is pushed, and a later push of other changes
+    is not when this row went live). Hosts of a site limited to some
     buildings count only for rows whose member lives there (`building_of[key]`). See
     docs/live-state.md."""
     if not changed_at:
@@ -107,7 +110,7 @@ def live_states(
     earliest = min(changed_at.values())
     confirms: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
     for host_id, at, snapshot_at in (
-        PushLogEntry.objects.filter(step="confirm", ok=True, at__gte=earliest)
+        PushLogEntry.objects.filter(step="confirm", ok=True, version__snapshot_at__gte=earliest)
         .order_by("at")
         .values_list("host_id", "at", "version__snapshot_at")
     ):
@@ -127,10 +130,8 @@ def live_states(
                 reason = "drift" if h["drift"] else "no read-back"
                 per_host.append(HostLiveState(h["name"], LiveStatus.PENDING, reason=reason))
             elif running is not None and running >= changed:
-                since = next(
-                    (at for at, snap in confirms[h["pk"]] if snap >= changed and at >= changed),
-                    None,
-                )
+                first = next((at for at, snap in confirms[h["pk"]] if snap >= changed), None)
+                since = max(first, changed) if first is not None else None
                 per_host.append(HostLiveState(h["name"], LiveStatus.LIVE, since))
             elif h["push_status"] in (PushStatus.ERROR, PushStatus.UNREACHABLE) and (
                 h["last_push_at"] and h["last_push_at"] >= changed

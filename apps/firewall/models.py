@@ -264,7 +264,12 @@ class FirewallHost(models.Model):
         help_text=_("Automatic pushes skip a pinned host until someone unpins it."),
     )
     pinned_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("pinned by"),
     )
     pinned_at = models.DateTimeField(_("pinned at"), null=True, blank=True)
     serves_dhcp = models.BooleanField(

@@ -218,6 +218,9 @@ def conntrack_warnings(*, host: FirewallHost, sample: HostHealthSample) -> list[
 
 
 FAMILY_LABELS = {"ipv4": "IPv4", "ipv6": "IPv6"}
+# An operator's priority file at this value (or below) puts the instance into FAULT on purpose
+# (`lab.sh failover`; workers/ruleset/ha.py: track_file with weight 1).
+OPERATOR_FAULT_PRIORITY = -254
 
 
 def vrrp_roles(sample: HostHealthSample | None) -> dict[str, str]:
@@ -280,18 +283,22 @@ def ha_warnings(*, host: FirewallHost, sample: HostHealthSample) -> list[HealthW
                 _("State sync errors rising: %(what)s.") % {"what": ", ".join(rising)},
             )
         )
+    operator = ha.get("operator_priority") or {}
     for name, state in sorted(vrrp_roles(sample).items()):
-        if state == "FAULT":
-            found.append(
-                HealthWarning(
-                    "vrrp-fault",
-                    _(
-                        "%(family)s failover instance in FAULT: this host gave up the role (a "
-                        "tracked link is down, or an operator's failover set its priority file)."
-                    )
-                    % {"family": FAMILY_LABELS[name]},
-                )
+        if state != "FAULT":
+            continue
+        if operator.get(name, 0) <= OPERATOR_FAULT_PRIORITY:
+            # The host's priority file says so (portal-ha reports it): a deliberate move.
+            message = _(
+                "%(family)s: an operator moved the primary role to the other host (priority "
+                "failover); this host gives the role back when its priority file is reset."
             )
+        else:
+            message = _(
+                "%(family)s failover instance in FAULT: a tracked link of this host is down, so "
+                "it gave up the role."
+            )
+        found.append(HealthWarning("vrrp-fault", message % {"family": FAMILY_LABELS[name]}))
     return found
 
 

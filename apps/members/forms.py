@@ -8,7 +8,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from apps.members.models import Room
-from apps.members.selectors import room_by_label
+from apps.members.selectors import room_by_label, room_occupants, rooms_free
 
 
 class RoomField(forms.CharField):
@@ -40,7 +40,43 @@ class RegisterForm(forms.Form):
 
 
 class MoveForm(forms.Form):
+    """The new room, written as the search takes it ("b105", "B 105", "B-105"). A room where
+    someone lives is refused with their names and the free rooms of that building until the
+    volunteer ticks "move anyway" (a shared room is possible, but never by a typo)."""
+
     room = RoomField(label=_("New room"))
+    share = forms.BooleanField(
+        label=_("Move anyway if someone lives there (they share the room)"), required=False
+    )
+
+    def __init__(self, *args: Any, member: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.member = member
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        room = data.get("room")
+        if room is None or data.get("share"):
+            return data
+        occupants = room_occupants(room=room, exclude=self.member)
+        if occupants:
+            free = rooms_free(building_id=room.building_id)
+            names = ", ".join(str(m) for m in occupants)
+            message = _("%(room)s is occupied: %(names)s lives there.") % {
+                "room": room.label,
+                "names": names,
+            }
+            if free:
+                message += " " + _("Free rooms in this building: %(rooms)s.") % {
+                    "rooms": ", ".join(free)
+                }
+            else:
+                message += " " + _("No room in this building is free.")
+            message += " " + _("Tick “Move anyway” to move into %(room)s all the same.") % {
+                "room": room.label
+            }
+            self.add_error("room", message)
+        return data
 
 
 class SuspendForm(forms.Form):

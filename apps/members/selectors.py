@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 # The desk needs the right person among a screenful, not every Kowalski: the page shows the
 # first SEARCH_LIMIT and says that there are more.
 SEARCH_LIMIT = 25
+# "Show all" lists up to this many (a prefix of the whole network would list every member:
+# beyond this the desk is told to type more).
+SEARCH_ALL_LIMIT = 500
 # What a search result row shows (members/office_hours.html#search-results).
 SEARCH_RESULT_FIELDS = (
     "status",
@@ -125,6 +128,9 @@ def member_search(*, actor: User, query: str, limit: int = SEARCH_LIMIT) -> list
     found: Found = []
     if kind in ("mac", "ipv4", "ipv6", "ipv4-part"):
         found = _extensions_found(kind, query, limit)
+        if kind == "ipv6" and not found and query.startswith("::"):
+            # "::1a2b": the end of a device's address (its interface identifier).
+            found = _extensions_found("ipv6-suffix", query, limit)
         if kind == "ipv6" and not found:
             # Any other address of a room's /64 (privacy addresses): whoever lives there.
             address = str(ipaddress.ip_address(query.strip("[]")))
@@ -140,6 +146,9 @@ def member_search(*, actor: User, query: str, limit: int = SEARCH_LIMIT) -> list
             _("room {}'s /64 in this prefix"),
             limit,
         )
+        if not found and "/" not in query:
+            # "fedd:eeff": the last groups of a device's address, not the first.
+            found = _extensions_found("ipv6-suffix", query, limit)
     elif kind == "mac-part":
         # "ab1012" may be room AB-1012 as well: a room first, as for any word.
         found = _room_found(query, limit) or _extensions_found(kind, query, limit)
@@ -149,12 +158,17 @@ def member_search(*, actor: User, query: str, limit: int = SEARCH_LIMIT) -> list
             people = _members_in_order(
                 actor, _text_found(query=query, limit=limit), limit, by_user=True
             )
-            digits = mac_fragment(query)
-            if not digits or len(people) >= limit:
+            if len(people) >= limit:
                 return people
-            # "cafe", "beef": a word and a MAC fragment; the people first.
-            found = [(m.pk, m.search_match) for m in people]
-            found += _extensions_found("mac-part", digits, limit - len(people))
+            # The people first, then devices of that name ("laptop"), then, for a word that is
+            # also a MAC fragment ("cafe", "beef", "aabb.cc"), the devices whose MAC holds it.
+            devices = _extensions_found("device-name", query, limit - len(people))
+            digits = mac_fragment(query)
+            if digits and len(people) + len(devices) < limit:
+                devices += _extensions_found("mac-part", digits, limit - len(people) - len(devices))
+            if not devices:
+                return people
+            found = [(m.pk, m.search_match) for m in people] + devices
     return _members_in_order(actor, found, limit)
 
 
@@ -271,8 +285,40 @@ def member_history(*, member: Member) -> dict[str, Any]:
 
 
 def room_by_label(*, label: str) -> Room | None:
-    """The room written as at the desk (A-101, case-insensitive)."""
-    return Room.objects.select_related("building").filter(label__iexact=label.strip()).first()
+    """The room written as at the desk: A-101, case-insensitive, and in the notations the
+    search takes ("a101", "A 101") when they name one room only."""
+    text = label.strip()
+    rooms = Room.objects.select_related("building")
+    room = rooms.filter(label__iexact=text).first()
+    key = _room_key(text)
+    if room is None and len(key) >= 2 and any(c.isdigit() for c in key):
+        found = list(rooms.annotate(key=_room_key_sql()).filter(key=key)[:2])
+        room = found[0] if len(found) == 1 else None
+    return room
+
+
+def room_occupants(*, room: Room, exclude: Member | None = None) -> list[Member]:
+    """The members who live in `room` (every status but ended), but `exclude`."""
+    members = (
+        Member.objects.filter(room=room)
+        .exclude(status=MemberStatus.ENDED)
+        .select_related("user")
+        .order_by("pk")
+    )
+    if exclude is not None:
+        members = members.exclude(pk=exclude.pk)
+    return list(members[:10])
+
+
+def rooms_free(*, building_id: int, limit: int = 8) -> list[str]:
+    """Labels of the first rooms of a building where nobody lives (the move form offers them)."""
+    taken = Member.objects.exclude(status=MemberStatus.ENDED).filter(room__isnull=False)
+    return list(
+        Room.objects.filter(building_id=building_id)
+        .exclude(pk__in=taken.values("room_id"))
+        .order_by("number", "pk")
+        .values_list("label", flat=True)[:limit]
+    )
 
 
 # Kept for callers from the foundation; the office-hours search is member_search now.

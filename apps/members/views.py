@@ -33,6 +33,7 @@ from apps.members.extensions import member_extensions
 from apps.members.models import Member
 from apps.members.privacy import member_data_export
 from apps.members.selectors import (
+    SEARCH_ALL_LIMIT,
     SEARCH_LIMIT,
     member_get,
     member_history,
@@ -74,15 +75,29 @@ class OfficeHoursView(StaffRequiredMixin, View):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         query = request.GET.get("q", "")
-        # One more than is shown, to say "showing the first N" only when there are more.
-        results = member_search(actor=request.user, query=query, limit=SEARCH_LIMIT + 1)
+        show_all = request.GET.get("all") == "1"
+        limit = SEARCH_ALL_LIMIT if show_all else SEARCH_LIMIT
+        # One more than is shown, to know whether there are more.
+        results = member_search(actor=request.user, query=query, limit=limit + 1)
+        more = len(results) > limit
+        total = len(results[:limit])
+        if more and not show_all:
+            # How many there are (up to the "show all" bound): the desk is told, not cut off.
+            everyone = member_search(actor=request.user, query=query, limit=SEARCH_ALL_LIMIT + 1)
+            total = min(len(everyone), SEARCH_ALL_LIMIT)
+            more_than_all = len(everyone) > SEARCH_ALL_LIMIT
+        else:
+            more_than_all = more
         template = "members/office_hours.html"
         context: dict[str, Any] = {
             "query": query.strip(),
             "kind": search_kind(query),
-            "results": results[:SEARCH_LIMIT],
-            "more_results": len(results) > SEARCH_LIMIT,
-            "search_limit": SEARCH_LIMIT,
+            "results": results[:limit],
+            "more_results": more,
+            "show_all": show_all,
+            "total_results": total,
+            "more_than_all": more_than_all,
+            "search_limit": limit,
         }
         for extension in member_extensions():
             context.update(
@@ -103,6 +118,20 @@ class OfficeHoursView(StaffRequiredMixin, View):
         return Paginator(pending_queue(actor=request.user), 20).get_page(request.GET.get("page"))
 
 
+def member_action_forms(member: Member) -> dict[str, forms.Form]:
+    """The unbound forms of the member page's actions (the page, and its Actions section
+    rendered again after a change of status elsewhere on the page)."""
+    return {
+        "check_in": member_forms.CheckInForm(),
+        "suspend": member_forms.SuspendForm(),
+        "move": member_forms.MoveForm(),
+        "end": member_forms.EndForm(),
+        "contact": member_forms.ContactForm(
+            initial={"email": member.user.email, "phone": member.phone}
+        ),
+    }
+
+
 class MemberPage(StaffOr404Mixin, View):
     """The member page's parts shared by the page and its actions."""
 
@@ -117,15 +146,7 @@ class MemberPage(StaffOr404Mixin, View):
     def _render(
         self, request: HttpRequest, member: Member, bound: dict[str, forms.Form] | None = None
     ) -> HttpResponse:
-        action_forms = {
-            "check_in": member_forms.CheckInForm(),
-            "suspend": member_forms.SuspendForm(),
-            "move": member_forms.MoveForm(),
-            "end": member_forms.EndForm(),
-            "contact": member_forms.ContactForm(
-                initial={"email": member.user.email, "phone": member.phone}
-            ),
-        }
+        action_forms = member_action_forms(member)
         action_forms.update(bound or {})
         audit = Paginator(audit_for_member(member=member).select_related("actor"), 25).get_page(
             request.GET.get("audit_page")
@@ -156,6 +177,9 @@ class MemberActionView(MemberPage):
     def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def make_form(self, data: Any, member: Member) -> forms.Form:
+        return self.form_class(data)
+
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         """A reload (or a link on a refused form's page) shows the page itself."""
         query = request.META.get("QUERY_STRING", "")
@@ -166,7 +190,7 @@ class MemberActionView(MemberPage):
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         member = self._member(request, pk)
         key = self.action.replace("-", "_")
-        form = self.form_class(request.POST)
+        form = self.make_form(request.POST, member)
         if not form.is_valid():
             box = self.confirm_box
             if box in form.errors:  # said at the top too: the form may be far down the page
@@ -206,6 +230,9 @@ class MemberMoveView(MemberActionView):
     action = "move"
     form_class = member_forms.MoveForm
     done = gettext_lazy("%(member)s moved; the devices have their new addresses.")
+
+    def make_form(self, data: Any, member: Member) -> forms.Form:
+        return member_forms.MoveForm(data, member=member)
 
     def run(self, member: Member, actor: Any, data: dict[str, Any]) -> None:
         services.member_move(member=member, room=data["room"], actor=actor)

@@ -30,7 +30,10 @@ class Subnet(models.Model):
     """A building's private IPv4 subnet or its IPv6 prefix (rooms take /64s from it)."""
 
     building = models.ForeignKey(
-        "members.Building", on_delete=models.PROTECT, related_name="subnets"
+        "members.Building",
+        on_delete=models.PROTECT,
+        related_name="subnets",
+        verbose_name=_("building"),
     )
     family = models.PositiveSmallIntegerField(_("family"), choices=Family.choices)
     network = CidrField(_("network"), unique=True)

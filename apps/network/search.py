@@ -8,7 +8,7 @@ import ipaddress
 import re
 
 from django.db.models import CharField, F, Func, QuerySet, TextField, Value
-from django.db.models.functions import Cast, Collate
+from django.db.models.functions import Cast, Collate, Lower
 from django.utils.translation import gettext as _
 
 from apps.core.mac import mac_fragment, mac_parse
@@ -38,7 +38,61 @@ def member_search_found(*, kind: str, query: str, limit: int) -> Found:
         return _ipv4_start_found(query, limit)
     if kind == "mac-part":
         return _mac_part_found(mac_fragment(query), limit, query=query)
+    if kind == "ipv6-suffix":
+        return _ipv6_suffix_found(query, limit)
+    if kind == "device-name":
+        return _device_name_found(query, limit)
     return []
+
+
+# The last groups of an IPv6 address as typed: "::1a2b", "fedd:eeff", "ccff:fedd:eeff".
+IPV6_SUFFIX = re.compile(r"^[0-9a-f]{1,4}(:[0-9a-f]{1,4}){0,6}$")
+
+
+def _ipv6_suffix_found(query: str, limit: int) -> Found:
+    """Devices whose IPv6 address ends with these groups (an interface identifier, "::1a2b"):
+    the reversed address text starts with them reversed, so the btree of network migration
+    0010 answers it as a prefix."""
+    suffix = query.strip().strip("[]").lower().lstrip(":")
+    if not IPV6_SUFFIX.match(suffix):
+        return []
+    devices = (
+        Device.objects.filter(ipv6__isnull=False)
+        .annotate(rev=_ipv6_reversed_sql())
+        .filter(rev__startswith=(":" + suffix)[::-1])
+        .order_by("rev")
+        .values_list("member_id", "name", "ipv6")[: limit * ROWS_PER_MEMBER]
+    )
+    found = [(pk, _("IPv6 of device {}").format(name) + f" ({ip})") for pk, name, ip in devices]
+    return _distinct_members(found, limit)
+
+
+def _ipv6_reversed_sql() -> Collate:
+    # The expression of the index network_device_ipv6_rev_c (network migration 0010).
+    return Collate(
+        Func(
+            Func(F("ipv6"), function="HOST", output_field=CharField()),
+            function="REVERSE",
+            output_field=CharField(),
+        ),
+        "C",
+    )
+
+
+def _device_name_found(query: str, limit: int) -> Found:
+    """Devices whose name holds the words typed ("laptop", "tv living"), by name (trigram
+    index on the lower-case name, network migration 0010)."""
+    words = [w for w in query.lower().split() if len(w) >= 2][:4]
+    if not words:
+        return []
+    devices = Device.objects.annotate(lname=Lower("name"))
+    for word in words:
+        devices = devices.filter(lname__contains=word)
+    rows = devices.order_by("lname", "pk").values_list("member_id", "name")
+    found = [
+        (pk, _("name of device {}").format(name)) for pk, name in rows[: limit * ROWS_PER_MEMBER]
+    ]
+    return _distinct_members(found, limit)
 
 
 def _host_sql(field: str) -> Collate:
@@ -58,6 +112,24 @@ def _mac_hex_sql() -> Func:
     )
 
 
+# A member has several devices: device rows are read this many times over the number of
+# members wanted, so that `limit` distinct members (and whether there are more) come back.
+ROWS_PER_MEMBER = 8
+
+
+def _distinct_members(found: Found, limit: int) -> Found:
+    """The first match of each member, up to `limit` members (rows arrive in display order)."""
+    seen: set[int] = set()
+    result: Found = []
+    for pk, match in found:
+        if pk not in seen:
+            seen.add(pk)
+            result.append((pk, match))
+            if len(result) >= limit:
+                break
+    return result
+
+
 def _devices_found(devices: QuerySet[Device], label: str) -> Found:
     """(member id, label with the device's name) for each device."""
     return [(pk, label.format(name)) for pk, name in devices.values_list("member_id", "name")]
@@ -69,9 +141,10 @@ def _ipv4_start_found(query: str, limit: int) -> Found:
         Device.objects.annotate(host=_host_sql("ipv4"))
         .filter(host__startswith=query)
         .order_by("host")
-        .values_list("member_id", "name", "host")[:limit]
+        .values_list("member_id", "name", "host")[: limit * ROWS_PER_MEMBER]
     )
     found = [(pk, _("IPv4 of device {}").format(name) + f" ({host})") for pk, name, host in devices]
+    found = _distinct_members(found, limit)
     publics = (
         PublicAddress.objects.filter(member__isnull=False)
         .annotate(host=_host_sql("address"))
@@ -91,10 +164,11 @@ def _mac_part_found(digits: str, limit: int, *, query: str = "") -> Found:
     devices = sorted(
         Device.objects.annotate(hex=_mac_hex_sql(), mac_text=Cast("mac", TextField()))
         .filter(hex__contains=digits, **_mac_bytes_filter(query))
-        .values_list("mac", "member_id", "name")[: limit * 4],
+        .values_list("mac", "member_id", "name")[: limit * ROWS_PER_MEMBER],
         key=lambda row: str(row[0]),
-    )[:limit]
-    return [(pk, _("MAC of device {}").format(name) + f" ({mac})") for mac, pk, name in devices]
+    )
+    found = [(pk, _("MAC of device {}").format(name) + f" ({mac})") for mac, pk, name in devices]
+    return _distinct_members(found, limit)
 
 
 def _mac_bytes_filter(query: str) -> dict[str, str]:

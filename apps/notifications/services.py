@@ -247,7 +247,9 @@ def incident_notices_create(*, incident_id: int) -> int:
     params = {
         "incident": incident.pk,
         "title": incident.title,
+        "title_de": incident.title_de,
         "description": incident.description,
+        "description_de": incident.description_de,
         "buildings": list(incident.building_codes),
         "started_at": incident.started_at.isoformat(),
     }

@@ -24,6 +24,8 @@ class IncidentFacts:
     building_ids: tuple[int, ...]
     building_codes: tuple[str, ...]
     started_at: datetime
+    title_de: str = ""  # the German texts, when written ("": German readers get the English)
+    description_de: str = ""
 
 
 # incident id -> its facts, or None when it is gone, not public, ended or in no building

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from django.template.defaultfilters import filesizeformat
-from django.utils import formats, timezone
+from django.utils import formats, timezone, translation
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
+from apps.core import localtime
 from apps.notifications.choices import LiveOutcome, LiveWhat, NoticeKind
 
 __all__ = ["notice_text"]
@@ -24,7 +25,7 @@ def _when(value: str | None) -> str:
     moment = parse_datetime(value or "")
     if moment is None:
         return ""
-    return formats.date_format(timezone.localtime(moment), "DATETIME_FORMAT")
+    return localtime.when(moment)
 
 
 def _day(value: str | None) -> str:
@@ -71,9 +72,17 @@ def _test_access(p: dict[str, Any]) -> tuple[str, str]:
     return title, body
 
 
+def _in_language(p: dict[str, Any], key: str) -> str:
+    """`p[key]`, or its German text (`key_de`) for a German reader when one was written."""
+    german = p.get(f"{key}_de") or ""
+    if german and (translation.get_language() or "").startswith("de"):
+        return german
+    return p.get(key) or ""
+
+
 def _incident(p: dict[str, Any]) -> tuple[str, str]:
     values = {
-        "title": p.get("title", ""),
+        "title": _in_language(p, "title"),
         "when": _when(p.get("started_at")),
         "buildings": ", ".join(p.get("buildings", [])),
     }
@@ -86,7 +95,7 @@ def _incident(p: dict[str, Any]) -> tuple[str, str]:
         % values
     )
     if p.get("description"):
-        body += "\n\n" + p["description"]
+        body += "\n\n" + _in_language(p, "description")
     return title, body
 
 

@@ -17,12 +17,13 @@ from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.translation import gettext, gettext_lazy, ngettext
 from django.views import View
+from django_htmx.http import trigger_client_event
 
 from apps.accounts.roles import StaffOr404Mixin, StaffRequiredMixin
 from apps.audit.selectors import audit_for_member
 from apps.core.htmx import htmx_partial
 from apps.members.models import Member
-from apps.members.views import MemberActionView
+from apps.members.views import MemberActionView, member_action_forms
 from apps.network.errors import NetworkError
 from apps.network.selectors import shaping_profiles
 from apps.network.views import _form_errors_to_messages, _form_refused, _member_or_404
@@ -106,15 +107,21 @@ def _test_access_done(request: HttpRequest, member: Member, action: str) -> Http
     oob = {
         "member": member,
         "oob": True,
+        "forms": member_action_forms(member),
         "audit": Paginator(audit_for_member(member=member).select_related("actor"), 25).get_page(1),
     }
     for template in (
         "members/member_detail.html#member-status",
         "members/member_detail.html#member-facts",
+        "members/member_detail.html#member-addresses",
+        "members/member_detail.html#member-actions",
         "audit/partials/trail.html",
     ):
         html += render_to_string(template, oob, request=request)
-    return HttpResponse(html)
+    response = HttpResponse(html)
+    # The devices, forwards and openings sections fetch themselves again: whether the firewalls
+    # carry them (and so their live state) follows the membership's status.
+    return trigger_client_event(response, "memberChanged")
 
 
 class TestAccessSectionView(StaffOr404Mixin, View):

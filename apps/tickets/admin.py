@@ -15,7 +15,7 @@ class QueueAdmin(AuditedModelAdmin):
 @admin.register(CannedResponse)
 class CannedResponseAdmin(AuditedModelAdmin):
     list_display = ["title", "queue"]
-    search_fields = ["title", "body"]
+    search_fields = ["title", "body", "body_de"]
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

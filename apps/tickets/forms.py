@@ -101,10 +101,22 @@ def _buildings_field() -> forms.ModelMultipleChoiceField:
     )
 
 
+GERMAN_HELP = _("Optional: German readers see it; without it they see the English text.")
+
+
 class IncidentForm(TicketForm):
     title = forms.CharField(label=_("Title"), max_length=200)
+    title_de = forms.CharField(
+        label=_("Title (German)"), max_length=200, required=False, help_text=GERMAN_HELP
+    )
     description = forms.CharField(
         label=_("First public update"), widget=forms.Textarea(attrs={"rows": 3}), required=False
+    )
+    description_de = forms.CharField(
+        label=_("First public update (German)"),
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text=GERMAN_HELP,
     )
     severity = forms.ChoiceField(
         label=_("Severity"), choices=IncidentSeverity.choices, initial=IncidentSeverity.MAJOR
@@ -168,6 +180,12 @@ class IncidentMergeForm(TicketForm):
 class IncidentUpdateForm(TicketForm):
     phase = forms.ChoiceField(label=_("Phase"), choices=IncidentPhase.choices)
     body = forms.CharField(label=_("Update"), widget=forms.Textarea(attrs={"rows": 3}))
+    body_de = forms.CharField(
+        label=_("Update (German)"),
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text=GERMAN_HELP,
+    )
 
 
 MASS_REPLY_HELP = _(

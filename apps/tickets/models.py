@@ -47,6 +47,13 @@ class Queue(models.Model):
         return self.name
 
 
+def in_reader_language(en: str, de: str) -> str:
+    """The German text for a German reader when one was written, else the English one."""
+    from django.utils.translation import get_language
+
+    return de if de and (get_language() or "").startswith("de") else en
+
+
 class IncidentQuerySet(models.QuerySet):
     def current(self) -> IncidentQuerySet:
         """Incidents that have started and not ended."""
@@ -126,6 +133,11 @@ class Incident(models.Model):
         lowered = text.lower()
         return any(k.strip() and k.strip().lower() in lowered for k in self.keywords)
 
+    @property
+    def display_title(self) -> str:
+        """The title in the reader's language (German when written, else English)."""
+        return in_reader_language(self.title, self.title_de)
+
 
 class IncidentUpdate(models.Model):
     """One public update on an incident ("we found the cause", "fixed, monitoring")."""
@@ -146,6 +158,11 @@ class IncidentUpdate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.incident_id}: {self.get_phase_display()}"
+
+    @property
+    def display_body(self) -> str:
+        """The text in the reader's language (German when written, else English)."""
+        return in_reader_language(self.body, self.body_de)
 
 
 class TicketQuerySet(models.QuerySet):
@@ -367,7 +384,11 @@ class CannedResponse(models.Model):
 
     title = models.CharField(_("title"), max_length=120, unique=True)
     body = models.TextField(_("text"))
-    queue = models.ForeignKey(Queue, null=True, blank=True, on_delete=models.SET_NULL)
+    # The same answer in German: a ticket whose requester reads German gets it (else English).
+    body_de = models.TextField(_("text (German)"), blank=True, db_default="")
+    queue = models.ForeignKey(
+        Queue, null=True, blank=True, on_delete=models.SET_NULL, verbose_name=_("queue")
+    )
 
     class Meta:
         ordering = ["title"]
@@ -376,6 +397,10 @@ class CannedResponse(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+    def body_for(self, language: str) -> str:
+        """The text for a reader of `language` ("de": the German one when written)."""
+        return self.body_de if self.body_de and language.startswith("de") else self.body
 
 
 class TicketEvent(models.Model):

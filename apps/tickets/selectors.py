@@ -236,4 +236,12 @@ def incident_facts_read(incident_id: int) -> IncidentFacts | None:
         building_ids=tuple(b.pk for b in buildings),
         building_codes=tuple(b.code for b in buildings),
         started_at=incident.started_at,
+        title_de=incident.title_de,
+        description_de=_first_update_de(incident),
     )
+
+
+def _first_update_de(incident: Incident) -> str:
+    """The German text of the first update when it is the description's (incident_declare)."""
+    first = incident.updates.order_by("created_at", "id").first()
+    return first.body_de if first and first.body == incident.description else ""

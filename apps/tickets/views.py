@@ -286,7 +286,7 @@ class CannedFillView(SupportRequiredMixin, View):
             raise Http404 from None
         canned = CannedResponse.objects.filter(pk=request.GET.get("canned") or 0).first()
         text = (
-            services.placeholders_fill(canned.body, ticket=ticket, actor=request.user)
+            services.canned_text(canned=canned, ticket=ticket, actor=request.user)
             if (canned)
             else request.GET.get("body", "")
         )

@@ -30,17 +30,21 @@ ENTRY_POINTS=(portal-fw portal-ha portal-ra kea-ctl)
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
 	{ echo "portal-fw needs Python 3.11 or newer ($PYTHON)" >&2; exit 1; }
 
+# On a host the files belong to root; run by another user (a test of this script), they can only
+# be that user's own, in directories it owns.
+if [[ $EUID -eq 0 ]]; then own=(-o root -g root); else own=(); fi
+
 # A new directory beside the old one, switched by one rename: an agent that starts during the
 # upgrade sees either the old package or the new one, never half of each.
 new="$LIB.new.$$"
 rm -rf "$new"
-install -d -o root -g root -m 0755 "$new/portal_fw"
-install -o root -g root -m 0644 "$SRC"/portal_fw/*.py "$new/portal_fw/"
+install -d "${own[@]}" -m 0755 "$new/portal_fw"
+install "${own[@]}" -m 0644 "$SRC"/portal_fw/*.py "$new/portal_fw/"
 for name in "${ENTRY_POINTS[@]}"; do
-	install -o root -g root -m 0755 "$SRC/$name" "$new/$name"
+	install "${own[@]}" -m 0755 "$SRC/$name" "$new/$name"
 done
 "$PYTHON" -I -m compileall -q "$new/portal_fw"
-install -d -o root -g root -m 0755 "$(dirname "$LIB")"
+install -d "${own[@]}" -m 0755 "$(dirname "$LIB")"
 if [[ -d $LIB ]]; then
 	mv "$LIB" "$LIB.old.$$"
 	mv "$new" "$LIB"
@@ -48,11 +52,11 @@ if [[ -d $LIB ]]; then
 else
 	mv "$new" "$LIB"
 fi
-install -d -o root -g root -m 0755 "$SBIN"
+install -d "${own[@]}" -m 0755 "$SBIN"
 for name in "${ENTRY_POINTS[@]}"; do
 	ln -sfn "$LIB/$name" "$SBIN/$name.new.$$"
 	mv -T "$SBIN/$name.new.$$" "$SBIN/$name"
 done
 rm -rf "$SBIN/portal_fw.py" "$SBIN/__pycache__/portal_fw".*.pyc # the helper before the agent
-[[ -z $STATE ]] || install -d -o root -g root -m 0700 "$STATE"
+[[ -z $STATE ]] || install -d "${own[@]}" -m 0700 "$STATE"
 echo "portal-fw: agent $("$PYTHON" -I -S -c "import sys; sys.path.insert(0, '$LIB'); import portal_fw; print(portal_fw.AGENT_PROTOCOL)") installed in $LIB (entry points in $SBIN)"

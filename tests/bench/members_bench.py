@@ -76,6 +76,18 @@ def main() -> None:
             str(ipaddress.IPv6Network(d.member.room.ipv6_prefix).supernet(new_prefix=56))
             for d in devices
         ],
+        "part of a MAC, dotted (aabb.cc)": [
+            d.mac.replace(":", "")[:4] + "." + d.mac.replace(":", "")[4:6] for d in devices
+        ],
+        "end of a device IPv6 (::last two groups)": [
+            "::"
+            + ":".join(
+                g.lstrip("0") or "0" for g in ipaddress.ip_address(d.ipv6).exploded.split(":")[-2:]
+            )
+            for d in devices
+            if d.ipv6
+        ],
+        "device name": [d.name for d in devices],
         "last name": [m.user.last_name for m in members],
         "first + last name": [f"{m.user.first_name} {m.user.last_name}" for m in members],
         "part of a name (4 letters)": [m.user.last_name[:4].lower() for m in members],

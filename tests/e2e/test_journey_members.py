@@ -158,3 +158,41 @@ def test_granting_and_extending_a_test_access_refreshes_the_panel_in_place(page,
     expect(panel.get_by_test_id("test-access-facts")).not_to_contain_text(shown)
     member.refresh_from_db()
     assert member.test_access_until == later
+
+
+def test_granting_a_test_access_refreshes_the_actions_addresses_and_devices(page, login):
+    """Issue 25: after "Grant test access" the Actions section (Suspend is now possible), the
+    public address and the device table (its devices now reach the firewalls: a State column)
+    are those of a member on test, without a reload."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from apps.network.models import ShapingProfile
+    from tests.factories import device_add
+
+    pool_create()
+    ShapingProfile.default()
+    UserFactory(username="vic", roles=["volunteer"])
+    member = MemberFactory()
+    device_add(member, name="laptop")
+    login("vic", PASSWORD)
+    page.goto(f"/office-hours/members/{member.pk}/")
+    actions = page.locator("#member-actions")
+    expect(actions).to_be_visible()
+    suspend = actions.locator("summary").get_by_text("Suspend", exact=True)
+    expect(suspend).to_have_count(0)
+    devices = page.locator("#devices")
+    expect(devices.get_by_role("columnheader", name="State")).to_have_count(0)
+    expect(page.get_by_test_id("public-ipv4")).to_have_count(0)
+
+    panel = page.locator("#test-access")
+    panel.get_by_text("Grant a test access").click()
+    until = timezone.localdate() + dt.timedelta(days=5)
+    panel.get_by_label("Test access until").fill(until.isoformat())
+    panel.get_by_role("button", name="Grant test access").click()
+    expect(panel.get_by_test_id("test-access-notice")).to_be_visible()
+    expect(suspend).to_be_visible()
+    expect(devices.get_by_role("columnheader", name="State")).to_be_visible()
+    expect(devices.locator("[data-testid=live-state]")).to_have_count(1)
+    expect(page.get_by_test_id("public-ipv4")).to_be_visible()

@@ -53,11 +53,11 @@ def test_support_declares_incident_sees_linked_tickets_and_replies_to_all(
     expect(page.get_by_test_id("ticket-table")).to_contain_text("Internet offline in B2")
 
     page.get_by_role("link", name="Incidents", exact=True).click()
-    page.get_by_label("Title").fill("Building B offline")
+    page.get_by_label("Title", exact=True).fill("Building B offline")
     page.get_by_label("Affected buildings").select_option(label=str(building))
     page.get_by_label("Affected services").fill("Uplink")
     page.get_by_label("Keywords").fill("offline")
-    page.get_by_label("First public update").fill("The uplink of building B is down.")
+    page.get_by_label("First public update", exact=True).fill("The uplink of building B is down.")
     page.get_by_test_id("declare").click()
 
     expect(page.get_by_role("heading", name="Building B offline")).to_be_visible()

@@ -87,3 +87,15 @@ def test_check_conntrackd_refuses_a_stats_only_config(tmp_path):
     result = portal_ha("check-conntrackd", str(stats_only))
     assert result.returncode == 1
     assert "Mode FTFW" in result.stderr
+
+
+def test_status_reports_the_operators_priority_files(monkeypatch, tmp_path):
+    """Issue 25: `lab.sh failover` writes -254 into the priority files keepalived tracks; the
+    host reports them, so the portal can say an operator moved the role (not a link down)."""
+    monkeypatch.setattr(pair, "keepalived_running", lambda: True)
+    assert pair.status(tmp_path / "c.conf", tmp_path)["operator_priority"] == {}
+    (tmp_path / "priority-ipv4").write_text("-254\n")
+    (tmp_path / "priority-ipv6").write_text("0\n")
+    assert pair.status(tmp_path / "c.conf", tmp_path)["operator_priority"] == {"ipv4": -254}
+    (tmp_path / "priority-ipv6").write_text("garbage")
+    assert pair.status(tmp_path / "c.conf", tmp_path)["operator_priority"] == {"ipv4": -254}

@@ -19,6 +19,7 @@ from apps.tickets.services.inbound import (
 )
 from apps.tickets.services.incidents import (
     MassReplyPreview,
+    canned_text,
     incident_buildings_add,
     incident_declare,
     incident_edit,
@@ -49,6 +50,7 @@ __all__ = [
     "ReceivedMail",
     "TicketError",
     "broadcast_send",
+    "canned_text",
     "greeting",
     "inbound_dismiss",
     "inbound_process",

@@ -282,6 +282,16 @@ def _requester_languages(tickets: list[Ticket]) -> dict[int, str]:
     return {t.pk: chosen.get(t.requester_id, "") for t in tickets}
 
 
+def canned_text(*, canned: Any, ticket: Ticket, actor: User) -> str:
+    """A canned response filled in for `ticket`, in its requester's language as a mass reply
+    is: German for German, English for English, both when nothing was chosen (and English
+    alone when the response has no German text)."""
+    language = _requester_languages([ticket]).get(ticket.pk, "")
+    return mass_reply_text(
+        ticket=ticket, actor=actor, body=canned.body, body_de=canned.body_de, language=language
+    )
+
+
 def mass_reply_languages(language: str, *, body_de: str) -> list[str]:
     """The languages a mass reply is written in for a requester who chose `language`: German
     only with a German text; both (as the portal's notice mails) when nothing was chosen."""

@@ -1,5 +1,6 @@
 """The pair's state on this host: VRRP state per instance (what keepalived's notify hook
-recorded), whether keepalived and conntrackd run, conntrackd's sync statistics. The agent reads
+recorded), whether keepalived and conntrackd run, conntrackd's sync statistics, and the
+operator's priority files that are set (an operator moved a role: `lab.sh failover`, `role`). The agent reads
 it in-process (health, apply-bundle); `portal-ha status` prints it."""
 
 from __future__ import annotations
@@ -43,6 +44,21 @@ def keepalived_running() -> bool:
     return False
 
 
+def operator_priorities(run_dir: Path) -> dict[str, int]:
+    """{"ipv4": -254, ...}: the priority files (keepalived's track_file, beside the state files)
+    an operator set to anything but 0; -254 puts that instance into FAULT (a priority failover),
+    a lower value only below the peer's."""
+    found = {}
+    for family in ("ipv4", "ipv6"):
+        try:
+            value = int((run_dir / f"priority-{family}").read_text().strip() or 0)
+        except (OSError, ValueError):
+            continue
+        if value:
+            found[family] = value
+    return found
+
+
 def status(conf: Path, run_dir: Path) -> JSON:
     stats = ha.conntrackd(conf, "-s")
     running = stats.returncode == 0
@@ -54,6 +70,7 @@ def status(conf: Path, run_dir: Path) -> JSON:
         "instances": instances,
         "keepalived": {"running": alive},
         "conntrackd": {"running": running},
+        "operator_priority": operator_priorities(run_dir),
     }
     if running:
         values = {}

@@ -100,3 +100,35 @@ def test_a_host_held_on_an_older_version_is_named_to_the_resident(client):
     assert "pl-nat1 is held on an older version by the network team" in html
     german = client.get(reverse("members:dashboard"), HTTP_ACCEPT_LANGUAGE="de").content.decode()
     assert "pl-nat1 wird vom Netzwerk-Team auf einer älteren Version gehalten" in german
+
+
+def test_live_since_is_when_the_row_went_live_not_the_latest_push():
+    """Issue 25: "live ... since 6:21" showed the latest push. A change that the running
+    bundle already carries (a description, a re-save: the compile gives the same content and
+    only moves that version's snapshot time on) is live from the moment it was made; a later
+    push of other changes does not move its "since"."""
+    t0 = timezone.now()
+    nat1 = FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    running = confirm(nat1, snapshot_at=t0 - timedelta(minutes=10), at=t0 - timedelta(minutes=9))
+    changed = t0  # the resident edits the row; the compile gives the running content again
+    ruleset_version_store(
+        host=nat1,
+        nft_text="same",
+        tc_text="",
+        content_hash=running.content_hash,
+        counts={},
+        compile_seconds=0,
+        cause="t",
+        snapshot_at=t0 + timedelta(seconds=1),
+    )
+    state = live_states(changed_at={"row": changed})["row"]
+    assert state.state == "live"
+    assert state.since == changed
+    # Eleven minutes later someone else's change is pushed: this row's "since" stays.
+    confirm(nat1, snapshot_at=t0 + timedelta(minutes=11), at=t0 + timedelta(minutes=11, seconds=1))
+    state = live_states(changed_at={"row": changed})["row"]
+    assert state.since == changed
+    # A row changed before the running version's first confirm went live at that confirm.
+    assert live_states(changed_at={"r": t0 - timedelta(minutes=9, seconds=30)})["r"].since == (
+        t0 - timedelta(minutes=9)
+    )

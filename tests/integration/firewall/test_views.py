@@ -284,16 +284,30 @@ def test_a_sample_taken_before_the_confirmed_push_is_not_drift(client_for, host)
     assert f"Runs version {old.content_hash[:12]}, expected {new.content_hash[:12]}" in page
 
 
-def test_a_fault_instance_is_not_claimed_to_be_a_link_down(client_for, host):
-    """Issue 25: `lab.sh failover` (the priority file) puts an instance in FAULT with every link
-    up; the warning names both causes instead of asserting a tracked link is down."""
-    HostHealthSample.objects.create(
-        host=host, reachable=True, ha={"instances": {"ipv4": {"state": "FAULT"}}}
+def test_a_priority_failover_is_described_as_what_it_is(client_for, host):
+    """Issue 25: `lab.sh failover` (the priority file at -254) puts an instance in FAULT with
+    every link up; the host reports the operator's priority file, and the page says an operator
+    moved the primary role (priority failover), in English and German. A FAULT without it is a
+    tracked link down."""
+    sample = HostHealthSample.objects.create(
+        host=host,
+        reachable=True,
+        ha={
+            "instances": {"ipv4": {"state": "FAULT"}, "ipv6": {"state": "FAULT"}},
+            "operator_priority": {"ipv4": -254, "ipv6": -254},
+        },
     )
-    page = client_for("volunteer").get(reverse("firewall:host_list")).content.decode()
-    assert "(a tracked link is down)" not in page
-    assert "IPv4 failover instance in FAULT: this host gave up the role" in page
-    assert "an operator&#x27;s failover set its priority file" in page
+    client = client_for("volunteer")
+    page = client.get(reverse("firewall:host_list")).content.decode()
+    assert "IPv4: an operator moved the primary role to the other host (priority failover)" in page
+    assert "tracked link" not in page
+    german = client.get(reverse("firewall:host_list"), HTTP_ACCEPT_LANGUAGE="de").content.decode()
+    assert "IPv4: Ein Operator hat die Primärrolle auf den anderen Host verlegt" in german
+    sample.ha = {"instances": {"ipv4": {"state": "FAULT"}}}
+    sample.save(update_fields=["ha"])
+    page = client.get(reverse("firewall:host_list")).content.decode()
+    assert "IPv4 failover instance in FAULT: a tracked link of this host is down" in page
+    assert "operator" not in page.split("IPv4 failover instance", 1)[1][:200]
 
 
 def test_only_the_confirmed_version_is_marked_running_the_equal_ones_say_same_as(client_for, host):

@@ -6,6 +6,7 @@ import pytest
 from django.urls import reverse
 
 from apps.members.selectors import member_search, pending_queue
+from apps.network.models import Device
 from tests.factories import MemberFactory, UserFactory, device_add, member_active
 
 pytestmark = pytest.mark.django_db
@@ -150,3 +151,22 @@ def test_bytes_typed_with_separators_match_only_whole_bytes(volunteer):
     device_add(owner, mac="02:00:00:66:f0:01")  # hex 02000066f001 holds "066f0" across bytes
     assert member_search(actor=volunteer, query="06:6f:00") == []
     assert [m.pk for m in member_search(actor=volunteer, query="66:f0:01")] == [owner.pk]
+
+
+def test_a_dotted_mac_part_an_ipv6_suffix_and_a_device_name_find_the_member(volunteer, target):
+    """Issue 25: a partial MAC in dotted notation ("aabb.cc"), the end of a device's IPv6
+    address ("::1122" style interface suffix, or its last groups) and a device's name found
+    nobody."""
+    member, device = target
+    Device.objects.filter(pk=device.pk).update(name="Living room TV")
+    groups = ipaddress.IPv6Address(device.ipv6).exploded.split(":")
+    last_two = ":".join(g.lstrip("0") or "0" for g in groups[-2:])
+    for query in ("aabb.cc", "AABB.CC00", "::" + last_two, last_two, "living room", "room tv"):
+        found = member_search(actor=volunteer, query=query)
+        assert [m.pk for m in found] == [member.pk], query
+    assert (
+        "name of device Living room TV"
+        in member_search(actor=volunteer, query="tv")[0].search_match
+    )
+    assert member_search(actor=volunteer, query="::ffff:1") == []
+    assert member_search(actor=volunteer, query="nosuchdevice") == []

@@ -83,7 +83,36 @@ def test_results_are_capped_and_the_page_says_so(volunteer, client):
     client.force_login(volunteer)
     page = client.get(reverse("members:office_hours"), {"q": "yilmaz"}).content.decode()
     assert len(re.findall(r'href="/office-hours/members/\d+/"', page)) == SEARCH_LIMIT
-    assert f"Showing the first {SEARCH_LIMIT} matches" in page
+    assert f"Showing {SEARCH_LIMIT} of {SEARCH_LIMIT + 2} matches." in page
+    assert 'data-testid="search-show-all"' in page
+    assert f"Show all {SEARCH_LIMIT + 2}" in page
+
+
+def test_a_cut_partial_address_search_says_how_many_matched_and_shows_all(volunteer, client):
+    """Issue 25: "10.100.1" showed the first results without saying how many there were: the
+    page says "Showing 25 of 38 matches" with a link that shows all 38 (en + de)."""
+    from tests.factories import device_add
+
+    members = [member_active() for _ in range(SEARCH_LIMIT + 13)]
+    for member in members:
+        device_add(member)
+    for _ in range(3):  # one member's several devices are one match, not several
+        device_add(members[0])
+    client.force_login(volunteer)
+    prefix = ".".join(str(members[0].devices.first().ipv4).split(".")[:2]) + "."
+    page = client.get(reverse("members:office_hours"), {"q": prefix}).content.decode()
+    assert f"Showing {SEARCH_LIMIT} of {SEARCH_LIMIT + 13} matches." in page
+    link = re.search(r'href="([^"]+)" data-testid="search-show-all"', page).group(1)
+    assert "all=1" in link
+    everything = client.get(reverse("members:office_hours") + link.replace("&amp;", "&"))
+    html = everything.content.decode()
+    assert len(re.findall(r'href="/office-hours/members/\d+/"', html)) == SEARCH_LIMIT + 13
+    assert f"All {SEARCH_LIMIT + 13} matches." in html
+    german = client.get(
+        reverse("members:office_hours"), {"q": prefix}, HTTP_ACCEPT_LANGUAGE="de"
+    ).content.decode()
+    assert f"{SEARCH_LIMIT} von {SEARCH_LIMIT + 13} Treffern" in german
+    assert f"Alle {SEARCH_LIMIT + 13} anzeigen" in german
 
 
 def test_no_cap_notice_when_everything_is_shown(volunteer, client):
@@ -100,8 +129,9 @@ def test_no_cap_notice_when_everything_is_shown(volunteer, client):
 def test_search_takes_four_queries_at_most(volunteer, django_assert_max_num_queries):
     for n in range(5):
         _member(f"Person{n}", "Ivanova")
-    # The actor's roles, the room lookup, the matching logins, the members with what a row shows.
-    with django_assert_max_num_queries(4):
+    # The actor's roles, the room lookup, the matching logins, devices of that name, the members
+    # with what a row shows.
+    with django_assert_max_num_queries(5):
         results = member_search(actor=volunteer, query="ivanova")
         rows = [
             (str(m), m.room.label, m.status, m.user.email, m.public_ipv4.address) for m in results

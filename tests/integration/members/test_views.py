@@ -198,3 +198,40 @@ def test_register_member_at_the_desk(make_user):
     )
     assert response.status_code == 422
     assert "already an account" in response.content.decode()
+
+
+def test_move_takes_the_room_as_search_does_and_warns_before_an_occupied_room():
+    """Issue 25: the move form refused "b105", which the search takes, and moved a member into
+    an occupied room without a word. Now "b105" is B-105; an occupied room is refused with who
+    lives there and the free rooms of the building, until "Move anyway" is ticked (en + de)."""
+    from apps.members.models import Room
+    from tests.factories import BuildingFactory, RoomFactory, UserFactory
+
+    building = BuildingFactory(code="Q")
+    r105, r106, r107 = (RoomFactory(building=building, number=n) for n in ("105", "106", "107"))
+    member = member_active()
+    neighbour = member_active(room=r106)
+    client = login(UserFactory(roles=["volunteer"]))
+    url = reverse("members:member_move", args=[member.pk])
+    response = client.post(url, {"room": "q105"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    member.refresh_from_db()
+    assert member.room == r105
+
+    refused = client.post(url, {"room": "Q 106"})
+    assert refused.status_code == 422
+    html = refused.content.decode()
+    assert f"Q-106 is occupied: {neighbour} lives there." in html
+    assert "Free rooms in this building: Q-107." in html  # not Q-105: the member lives there
+    member.refresh_from_db()
+    assert member.room == r105
+    german = client.post(url, {"room": "Q 106"}, HTTP_ACCEPT_LANGUAGE="de").content.decode()
+    assert "Q-106 ist belegt" in german
+    assert "Freie Zimmer in diesem Haus: Q-107." in german
+
+    moved = client.post(url, {"room": "q-106", "share": "on"})
+    assert moved.status_code == 302
+    member.refresh_from_db()
+    assert member.room == r106
+    assert Room.objects.get(pk=r107.pk).label == "Q-107"
+    assert client.post(url, {"room": "zz999"}).status_code == 422  # no such room: refused

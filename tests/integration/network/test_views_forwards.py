@@ -279,8 +279,9 @@ def test_grant_and_extend_refresh_the_panel_in_place_with_the_new_date():
     assert 'data-testid="test-access-notice"' in body
     assert "grant-until-error" not in body
     assert "Extend the test access" in body  # the panel of a running test access
-    assert body.count('hx-swap-oob="true"') == 3
+    assert body.count('hx-swap-oob="true"') == 5  # status, facts, addresses, actions, audit trail
     assert 'id="member-status" hx-swap-oob="true"' in body
+    assert "memberChanged" in response.headers["HX-Trigger"]  # devices, forwards, openings
     assert "Test access until" in body  # the facts, with the new date
     assert "a test access until" in body  # the audit trail has the grant, as a sentence
     later = until + dt.timedelta(days=7)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -77,11 +78,14 @@ def test_the_proxy_survives_the_json_round_trip() -> None:
 
 def test_real_nft_accepts_the_captive_rules(tmp_path) -> None:
     """`nft -c` in a network namespace of its own (unshare -n): checks, touches nothing."""
-    assert shutil.which("nft"), "nft is installed by make test"
+    nft = shutil.which("nft", path="/usr/sbin:/sbin:" + os.environ.get("PATH", ""))
+    assert nft, "nft is installed by make test"
     assert shutil.which("unshare")
     path = tmp_path / "captive.nft"
     path.write_text(compile_snapshot(snapshot(policy(captive_proxy=PORTAL))).nft)
+    # Without root, a user namespace of its own maps the caller to root inside (-r).
+    unshare = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-r", "-n"]
     result = subprocess.run(
-        ["unshare", "-n", "nft", "-c", "-f", str(path)], capture_output=True, text=True, timeout=60
+        [*unshare, nft, "-c", "-f", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr[-2000:]
