@@ -455,6 +455,7 @@ def host_agent() -> Iterable[Row]:
     r = json.loads(out.stdout.strip().splitlines()[-1])
     load = ", ".join(f"{x:.2f}" for x in r["loadavg"])
     yield ("load average after the run (1, 5, 15 min)", load, "", "")
+    yield ("the agent's run directory (--run-dir) on", r.get("run_dir", "?"), "", "a tmpfs")
     for s in r["sizes"]:
         tag = f"{s['members']:,} members"
         yield (
