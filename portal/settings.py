@@ -348,11 +348,21 @@ CELERY_BEAT_SCHEDULE["alerts-settle"] = {
     "options": {"expires": 60},
 }
 # The off-site status page (apps/tickets/publish.py, deploy/README.md): "" (off), a directory,
-# or user@host:/path reached with rsync over SSH (key, known_hosts and port below).
+# user@host:/path reached with rsync over SSH (key, known_hosts and port below), or
+# s3://bucket/prefix in an S3-compatible store (endpoint, region, keys and addressing below; empty
+# keys: boto3's own credential chain).
 PORTAL_STATUS_PUBLISH_TARGET = os.environ.get("PORTAL_STATUS_PUBLISH_TARGET", "")
 PORTAL_STATUS_PUBLISH_SSH_KEY = os.environ.get("PORTAL_STATUS_PUBLISH_SSH_KEY", "")
 PORTAL_STATUS_PUBLISH_KNOWN_HOSTS = os.environ.get("PORTAL_STATUS_PUBLISH_KNOWN_HOSTS", "")
 PORTAL_STATUS_PUBLISH_SSH_PORT = env_int("PORTAL_STATUS_PUBLISH_SSH_PORT", 0)
+PORTAL_STATUS_PUBLISH_S3_ENDPOINT = os.environ.get("PORTAL_STATUS_PUBLISH_S3_ENDPOINT", "")
+PORTAL_STATUS_PUBLISH_S3_REGION = os.environ.get("PORTAL_STATUS_PUBLISH_S3_REGION", "us-east-1")
+PORTAL_STATUS_PUBLISH_S3_ACCESS_KEY = os.environ.get("PORTAL_STATUS_PUBLISH_S3_ACCESS_KEY", "")
+PORTAL_STATUS_PUBLISH_S3_SECRET_KEY = os.environ.get("PORTAL_STATUS_PUBLISH_S3_SECRET_KEY", "")
+# "path" (https://endpoint/bucket/key: what most S3-compatible stores expect) or "virtual".
+PORTAL_STATUS_PUBLISH_S3_ADDRESSING = os.environ.get("PORTAL_STATUS_PUBLISH_S3_ADDRESSING", "path")
+if PORTAL_STATUS_PUBLISH_S3_ADDRESSING not in ("path", "virtual"):
+    raise ImproperlyConfigured("PORTAL_STATUS_PUBLISH_S3_ADDRESSING must be path or virtual.")
 if PORTAL_STATUS_PUBLISH_TARGET:  # the backstop: the page's "as of" time never gets old
     CELERY_BEAT_SCHEDULE["status-publish"] = {
         "task": "workers.status.status_publish",

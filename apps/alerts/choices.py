@@ -42,6 +42,7 @@ RULE_CLASSES: dict[str, str] = {
     "FirewallPushStuck": AlertClass.PUSH,
     "FirewallPushRolledBack": AlertClass.PUSH,
     "FirewallHostUnreachable": AlertClass.BACKUP_DOWN,
+    "FirewallHostFault": AlertClass.BACKUP_DOWN,
     "StateSyncLosingMessages": AlertClass.SYNC_LOSS,
 }
 

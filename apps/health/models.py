@@ -31,6 +31,9 @@ class HostHealthSample(models.Model):
     # and who hit a conntrack quota in the last hour ([{"address", "packets"}], most first).
     conntrack_stats = models.JSONField(_("conntrack statistics"), default=dict, blank=True)
     quota_hits = models.JSONField(_("conntrack quota hits"), default=list, blank=True)
+    # Kea on this host (portal-fw health "dhcp"): {"answering", "requests", "answers", "error"};
+    # empty: the host runs no Kea for the portal.
+    dhcp = models.JSONField(_("DHCP state"), default=dict, blank=True)
     error = models.TextField(blank=True)
 
     class Meta:

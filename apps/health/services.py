@@ -71,14 +71,38 @@ def host_health_collect(*, host: FirewallHost) -> HostHealthSample:
         interfaces=data.get("interfaces") or {},
         digest=str((data.get("digest") or {}).get("total") or "")[:64],
         ha=data.get("ha") or {},
-        conntrack_stats=conntrack.get("stats") or {},
+        conntrack_stats=conntrack_stats(conntrack),
         quota_hits=(conntrack.get("quota_hits") or [])[:50],
+        dhcp=_dhcp_state(data.get("dhcp")),
     )
     # A push may have confirmed while the answer was on its way: compare with what is stored.
     host.refresh_from_db(fields=["push_status", "applied_at", "confirmed_digest", "drift"])
     if host.applied_at is None or host.applied_at <= asked:
         host_digest_compare(host=host, digest=data.get("digest") or {})
     return _store(host, sample)
+
+
+def conntrack_stats(conntrack: dict) -> dict:
+    """The sample's conntrack figures: the kernel's statistics and, from an agent that counts
+    them, the flows on the fast path ("offloaded": entries conntrack marks [OFFLOAD])."""
+    stats = dict(conntrack.get("stats") or {})
+    if isinstance(conntrack.get("offloaded"), int):
+        stats["offloaded"] = conntrack["offloaded"]
+    return stats
+
+
+def _dhcp_state(raw: object) -> dict:
+    """The host's Kea answer, typed: answering (bool), requests/answers (counts), error."""
+    if not isinstance(raw, dict):
+        return {}
+    state: dict = {"answering": raw.get("answering") is True}
+    for key in ("requests", "answers"):
+        value = raw.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            state[key] = value
+    if raw.get("error"):
+        state["error"] = str(raw["error"])[:300]
+    return state
 
 
 def host_digest_compare(*, host: FirewallHost, digest: dict) -> list[str]:

@@ -83,6 +83,7 @@ STATUS_WEIGHTS = [
     (MemberStatus.ENDED, 10),
 ]
 DEVICE_COUNTS = [1, 2, 3, 4, 5, 5]
+MAX_SITES = 100
 DEVICE_NAMES = ["laptop", "phone", "tablet", "desktop", "console", "tv", "printer", "watch"]
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
@@ -166,7 +167,7 @@ class NetworkSeeder:
         self.seed = seed
         self._prefixes: dict[int, int] = {}
 
-    def prepare(self, members: int) -> None:
+    def prepare(self, members: int, *, sites: int = 0) -> None:
         pool, _created = PublicPool.objects.get_or_create(
             name="demo", defaults={"network": self.layout.pool}
         )
@@ -183,7 +184,7 @@ class NetworkSeeder:
                 f"The demo buildings have {first} rooms, but {members} members need {per}: "
                 "the layout changes above 62,500 members; seed a fresh database."
             )
-        count = max(2, -(-members // per))
+        count = max(2, sites, -(-members // per))
         existing = {b.code: b for b in Building.objects.all()}
         new = [
             Building(code=building_code(b), name=f"House {building_code(b)}")
@@ -220,6 +221,40 @@ class NetworkSeeder:
                     )
         copy_insert(Room, ["building_id", "number", "label", "ipv6_prefix"], rooms)
         self.rooms = {r.label: r for r in Room.objects.only("building_id", "label", "ipv6_prefix")}
+
+    def sites(self, count: int) -> list[Any]:
+        """`count` firewall sites demo-1 .. demo-N over consecutive runs of the buildings (as even
+        as the buildings allow), each with its pair of hosts demo-N-fw1/-fw2. The hosts are
+        created disabled (documentation addresses, 192.0.2.0/24): nothing is pushed to them
+        until an admin points them at real hosts. Idempotent; a site's buildings follow the
+        current split."""
+        from apps.firewall.models import FirewallHost, Site
+
+        ordered = [self.buildings[b] for b in sorted(self.buildings)]
+        made = []
+        for s in range(count):
+            part = ordered[s * len(ordered) // count : (s + 1) * len(ordered) // count]
+            site, _created = Site.objects.get_or_create(
+                name=f"demo-{s + 1}",
+                defaults={
+                    # The large layout's building subnets are 10.<b>.0.0/16: one /8 holds them.
+                    "member_network4": "10.0.0.0/8" if self.layout.large else "10.100.0.0/16",
+                    "gateway4": "10.100.0.1",
+                },
+            )
+            site.buildings.set(part)
+            for h in (1, 2):
+                FirewallHost.objects.get_or_create(
+                    name=f"demo-{s + 1}-fw{h}",
+                    defaults={
+                        "address": f"192.0.2.{(2 * s + h) % 254 + 1}",
+                        "site": site,
+                        "enabled": False,
+                        "rollout_order": h,
+                    },
+                )
+            made.append(site)
+        return made
 
     def _room_for(self, n: int) -> Room:
         per = self.layout.rooms_per_building

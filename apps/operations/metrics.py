@@ -134,6 +134,34 @@ class PortalCollector:
             "insert_failed; rising: the table is full or flooded)",
             labels=["host"],
         )
+        fault = GaugeMetricFamily(
+            "portal_firewall_vrrp_fault",
+            "1 when the host's VRRP instance of the family is in FAULT (it gave up its role: a "
+            "tracked link is down), 0 otherwise",
+            labels=["host", "site", "family"],
+        )
+        dhcp_up = GaugeMetricFamily(
+            "portal_firewall_dhcp_up",
+            "1 when the host's Kea answers (its control socket, served by the loop that answers "
+            "clients, and its DHCP sockets open); DHCP hosts that answered the health check only",
+            labels=["host", "site"],
+        )
+        dhcp_requests = GaugeMetricFamily(
+            "portal_firewall_dhcp_requests",
+            "DHCPDISCOVER + DHCPREQUEST Kea received since it started",
+            labels=["host", "site"],
+        )
+        dhcp_answers = GaugeMetricFamily(
+            "portal_firewall_dhcp_answers",
+            "DHCPOFFER + DHCPACK + DHCPNAK Kea sent since it started",
+            labels=["host", "site"],
+        )
+        offloaded = GaugeMetricFamily(
+            "portal_firewall_offloaded_flows",
+            "Conntrack entries on the fast path ([OFFLOAD]: forwarded by the flowtable) at the "
+            "newest sample",
+            labels=["host"],
+        )
         now = timezone.now()
         for host in FirewallHost.objects.filter(enabled=True).select_related("site"):
             site = host.site.name if host.site_id else ""
@@ -159,12 +187,21 @@ class PortalCollector:
                 drops.add_metric(
                     [host.name], float(sum(stats.get(k, 0) for k in CONNTRACK_DROP_KEYS))
                 )
+            if isinstance(stats.get("offloaded"), int):
+                offloaded.add_metric([host.name], float(stats["offloaded"]))
             for cpu, share in enumerate(sample.softirq_per_cpu or []):
                 softirq.add_metric([host.name, str(cpu)], float(share))
             ha = sample.ha or {} if sample.reachable else {}
             for family, info in sorted((ha.get("instances") or {}).items()):
                 state = (info or {}).get("state")
                 vrrp.add_metric([host.name, site, family], 1.0 if state == "MASTER" else 0.0)
+                fault.add_metric([host.name, site, family], 1.0 if state == "FAULT" else 0.0)
+            dhcp = sample.dhcp or {} if sample.reachable and host.serves_dhcp else {}
+            if dhcp:
+                dhcp_up.add_metric([host.name, site], 1.0 if dhcp.get("answering") else 0.0)
+                for family, key in ((dhcp_requests, "requests"), (dhcp_answers, "answers")):
+                    if key in dhcp:
+                        family.add_metric([host.name, site], float(dhcp[key]))
             for daemon in ("keepalived", "conntrackd"):
                 if daemon in ha:
                     running = (ha.get(daemon) or {}).get("running")
@@ -173,7 +210,7 @@ class PortalCollector:
             if lost is not None:
                 sync_lost.add_metric([host.name], float(lost))
         yield from (reachable, behind, drift, ct, ct_max, drops, softirq, age, vrrp, daemon_up)
-        yield sync_lost
+        yield from (sync_lost, offloaded, fault, dhcp_up, dhcp_requests, dhcp_answers)
 
     def _pushes(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count

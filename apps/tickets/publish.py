@@ -1,6 +1,7 @@
 """The public status page published as static files to a place outside the network it describes
-(deploy/README.md, "Off-site status page"): a second web host over SSH (rsync), or a local
-directory that something else serves or copies (nginx in the lab and tests).
+(deploy/README.md, "Off-site status page"): a second web host over SSH (rsync), an S3-compatible
+store (s3://bucket/prefix, boto3 with the store's endpoint), or a local directory that something
+else serves or copies (nginx in the lab and tests).
 
 A change asks for a publish after its commit (`status_publish_soon`); at most one publish waits
 in the queue, so a burst of changes makes one or two publishes, each of the state at that time.
@@ -34,6 +35,18 @@ QUEUED_TTL = 60  # a lost task stops blocking new publishes after this long
 SSH_TARGET = re.compile(
     r"^(?P<user>[a-z_][a-z0-9_-]{0,31})@(?P<host>[A-Za-z0-9.:\[\]-]{1,253}):(?P<path>/[A-Za-z0-9._/-]{1,200})$"
 )
+# s3://bucket[/prefix]: a bucket name as S3 allows it, a prefix of plain path characters.
+S3_TARGET = re.compile(
+    r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>[A-Za-z0-9._/-]{0,200}))?$"
+)
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".woff2": "font/woff2",
+}
 STATIC_HREF = re.compile(r'(?:href|src)="/static/([^"?#]+)"')
 
 
@@ -42,11 +55,18 @@ class PublishError(RuntimeError):
 
 
 def publish_target() -> str:
-    """The configured target, checked: "" (off), an absolute directory, or user@host:/path."""
+    """The configured target, checked: "" (off), an absolute directory, user@host:/path or
+    s3://bucket/prefix."""
     target = settings.PORTAL_STATUS_PUBLISH_TARGET.strip()
-    if target and not (SSH_TARGET.match(target) or (target.startswith("/") and ".." not in target)):
+    s3 = S3_TARGET.match(target)
+    if s3 and ".." in (s3["prefix"] or ""):
+        s3 = None
+    if target and not (
+        SSH_TARGET.match(target) or s3 or (target.startswith("/") and ".." not in target)
+    ):
         raise PublishError(
-            f"PORTAL_STATUS_PUBLISH_TARGET is neither a directory nor user@host:/path: {target!r}"
+            "PORTAL_STATUS_PUBLISH_TARGET is neither a directory nor user@host:/path nor "
+            f"s3://bucket/prefix: {target!r}"
         )
     return target
 
@@ -115,6 +135,8 @@ def status_publish() -> str:
         status_pages_render(Path(tmp))
         if target.startswith("/"):
             _copy_local(Path(tmp), Path(target))
+        elif target.startswith("s3://"):
+            _copy_s3(Path(tmp), target)
         else:
             _copy_ssh(Path(tmp), target)
     log.info("status.published", target=target)
@@ -154,3 +176,43 @@ def _copy_ssh(source: Path, target: str) -> None:
         raise PublishError(str(exc)) from exc
     if done.returncode != 0:
         raise PublishError(done.stderr.strip()[-500:] or f"rsync exited {done.returncode}")
+
+
+def _copy_s3(source: Path, target: str) -> None:
+    """PUT every file into the bucket (each PUT replaces one object atomically): the static
+    files first, the pages last, so a page never names a file the store does not hold yet.
+    Pages are sent with Cache-Control no-cache (the page changes while an outage unfolds)."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    match = S3_TARGET.match(target)
+    if match is None:  # publish_target checked it already
+        raise PublishError(f"not an S3 target: {target!r}")
+    bucket, prefix = match["bucket"], (match["prefix"] or "").strip("/")
+    client = boto3.client(
+        "s3",
+        endpoint_url=settings.PORTAL_STATUS_PUBLISH_S3_ENDPOINT or None,
+        region_name=settings.PORTAL_STATUS_PUBLISH_S3_REGION or None,
+        # Empty: boto3's own chain (AWS_* variables, ~/.aws, an instance role).
+        aws_access_key_id=settings.PORTAL_STATUS_PUBLISH_S3_ACCESS_KEY or None,
+        aws_secret_access_key=settings.PORTAL_STATUS_PUBLISH_S3_SECRET_KEY or None,
+        config=Config(
+            connect_timeout=10,
+            read_timeout=30,
+            retries={"max_attempts": 2, "mode": "standard"},  # the Celery task retries longer
+            s3={"addressing_style": settings.PORTAL_STATUS_PUBLISH_S3_ADDRESSING},
+        ),
+    )
+    files = sorted(
+        (p for p in source.rglob("*") if p.is_file()), key=lambda p: (p.suffix == ".html", str(p))
+    )
+    try:
+        for path in files:
+            key = "/".join(filter(None, [prefix, path.relative_to(source).as_posix()]))
+            extra = {"ContentType": CONTENT_TYPES.get(path.suffix, "application/octet-stream")}
+            if path.suffix == ".html":
+                extra["CacheControl"] = "no-cache"
+            client.put_object(Bucket=bucket, Key=key, Body=path.read_bytes(), **extra)
+    except (BotoCoreError, ClientError) as exc:
+        raise PublishError(f"S3 upload to {target} failed: {exc}"[:500]) from exc

@@ -14,8 +14,12 @@ from django.utils.translation import gettext_lazy as _
 
 
 class TrafficCounter(models.Model):
+    # No index of its own: the unique key begins with the host.
     host = models.ForeignKey(
-        "firewall.FirewallHost", on_delete=models.CASCADE, related_name="traffic_counters"
+        "firewall.FirewallHost",
+        on_delete=models.CASCADE,
+        related_name="traffic_counters",
+        db_index=False,
     )
     set_name = models.CharField(max_length=16)  # acct4_in, acct6n_out, ...
     key = models.CharField(max_length=48)  # an address or a /64's network address
@@ -42,8 +46,9 @@ class TrafficBucket(models.Model):
     """Bytes and packets of one member (one device where the rule set tells devices apart,
     device_id 0 otherwise) at one site in one hour, or one day once rolled up."""
 
+    # No index of its own: the unique key and traffic_bucket_member begin with the member.
     member = models.ForeignKey(
-        "members.Member", on_delete=models.CASCADE, related_name="traffic_buckets"
+        "members.Member", on_delete=models.CASCADE, related_name="traffic_buckets", db_index=False
     )
     device_id = models.IntegerField(default=0)  # not a key: the history outlives the device
     site = models.ForeignKey("firewall.Site", on_delete=models.CASCADE, related_name="+")

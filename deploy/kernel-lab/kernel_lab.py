@@ -45,12 +45,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("PORTAL_KERNEL_LAB_DIR", ROOT / "var" / "kernel-lab"))
 META_PACKAGE = "linux-image-amd64"  # depends on the current linux-image-<abi>-amd64
-USER_PACKAGES = ("busybox-static", "nftables", "iproute2", "conntrack", "iperf3", "hping3", "libc6")
+USER_PACKAGES = (
+    "busybox-static", "nftables", "iproute2", "conntrack", "conntrackd", "iperf3", "hping3",
+    "libc6",
+)  # fmt: skip
 BINARIES = (
     "/usr/sbin/nft",
     shutil.which("ip") or "/usr/bin/ip",
     shutil.which("tc") or "/usr/sbin/tc",
     "/usr/sbin/conntrack",
+    "/usr/sbin/conntrackd",  # the HA case: two firewall namespaces syncing their states
     "/usr/bin/iperf3",
     "/usr/sbin/hping3",
 )

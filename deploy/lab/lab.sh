@@ -42,6 +42,9 @@
 #        lab.sh portal-proxy PORT  (the portal as the Internet side sees it: 203.0.113.80:80 in
 #                               pl-inet -> 127.0.0.1:PORT, with X-Forwarded-For)
 #        lab.sh kea-restart nat1|nat2 | kea-stop nat1|nat2
+#        lab.sh status-web DIR  (the off-site status page's web host: namespace pl-status on the
+#                               Internet side, http://203.0.113.30/ from pl-inet, nginx with
+#                               deploy/nginx/status-offsite.conf serving DIR) | status-web-down
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -536,6 +539,10 @@ cmd_failback() {
 	log "production roles: IPv4 on pl-nat1, IPv6 on pl-nat2"
 }
 
+link_is_up() { # ns ifname
+	ip -n "$1" -o link show dev "$2" 2>/dev/null | grep -q '[<,]UP[,>]'
+}
+
 cmd_host_down() { # the host's data links go down: VRRP (tracked interfaces) moves its roles
 	local host peer t0
 	host=$(host_arg "${1:-}")
@@ -544,6 +551,10 @@ cmd_host_down() { # the host's data links go down: VRRP (tracked interfaces) mov
 	t0=$(date +%s%N)
 	ip -n "$host" link set dorm0 down
 	ip -n "$host" link set inet0 down
+	if ! link_is_up "$peer" dorm0; then # the whole pair is down: nobody can take over
+		log "$host: member and Internet links down; $peer is down too: no host serves the site (lab.sh host-up nat1 / nat2 bring them back)"
+		return 0
+	fi
 	wait_roles "$peer" "$peer" 5
 	log "$host: member and Internet links down; $peer took over in $((($(date +%s%N) - t0) / 1000000)) ms (lab.sh host-up $(short "$host") brings them back)"
 }
@@ -742,6 +753,7 @@ cmd_kea() { # restart|stop HOST
 	stop_kea "$host"
 	if [[ $op == restart ]]; then
 		start_kea "$host"
+		start_ra "$host" # stop_kea ends portal-ra too
 		log "Kea of $host running"
 	else
 		log "Kea of $host stopped"
@@ -886,6 +898,80 @@ cmd_portal_proxy() { # PORT: (re)start the proxy in pl-inet towards 127.0.0.1:PO
 		sleep 0.1
 	done
 	die "the portal proxy did not start (see $LAB_VAR/portal-proxy.log)"
+}
+
+# --------------------------------------------------------------------- off-site status web host
+# The status page's second web host, outside the network it describes (issue 27): a namespace of
+# its own on the Internet side. The portal publishes into DIR (PORTAL_STATUS_PUBLISH_TARGET, a
+# directory: the shared filesystem stands in for the copy to a remote host, which
+# tests/deploy/test_status_offsite.py proves over SSH); nginx inside pl-status serves it with the
+# shipped site deploy/nginx/status-offsite.conf.
+STATUS_NS=pl-status
+STATUS_ADDR=203.0.113.30
+STATUS_DIR="$LAB_VAR/status-web"
+
+status_web_pid() {
+	local pid
+	pid=$(cat "$STATUS_DIR/nginx.pid" 2>/dev/null || true)
+	[[ $pid =~ ^[0-9]+$ ]] && pid_alive "$pid" && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == nginx ]] && echo "$pid"
+}
+
+cmd_status_web() { # DIR
+	local root=${1:-} site temp="" k _
+	[[ $root == /* && $root != *..* && -d $root ]] || die "usage: lab.sh status-web DIR (an absolute, existing directory)"
+	lab_is_up || die "the lab is not up"
+	command -v nginx >/dev/null 2>&1 || die "missing tool: nginx (apt-get install nginx-light)"
+	cmd_status_web_down quiet
+	make_ns "$STATUS_NS"
+	ip -n pl-inet link del status 2>/dev/null || true
+	ip -n "$STATUS_NS" link add inet0 type veth peer name status netns pl-inet
+	ip -n pl-inet link set status master br0 up
+	ip -n "$STATUS_NS" link set inet0 up
+	ip -n "$STATUS_NS" addr replace "$STATUS_ADDR/24" dev inet0
+	mkdir -p "$STATUS_DIR/temp"
+	for k in client_body proxy fastcgi uwsgi scgi; do
+		temp+="  ${k}_temp_path $STATUS_DIR/temp/$k;"$'\n'
+	done
+	# The shipped site with the lab's address and directory (IPv4 only: pl-status has no IPv6).
+	site=$(sed -e '/listen \[::\]:80;/d' -e "s|listen 80;|listen $STATUS_ADDR:80;|" \
+		-e "s|root /srv/status;|root $root;|" "$REPO_ROOT/deploy/nginx/status-offsite.conf")
+	cat >"$STATUS_DIR/nginx.conf" <<CONF
+user root;
+pid $STATUS_DIR/nginx.pid;
+error_log $STATUS_DIR/error.log;
+worker_processes 1;
+events {}
+http {
+  include /etc/nginx/mime.types;
+$temp  access_log $STATUS_DIR/access.log;
+$site
+}
+CONF
+	ip netns exec "$STATUS_NS" nginx -c "$STATUS_DIR/nginx.conf" -p "$STATUS_DIR" >>"$STATUS_DIR/nginx.out" 2>&1 ||
+		die "nginx did not start in $STATUS_NS (see $STATUS_DIR/nginx.out, $STATUS_DIR/error.log)"
+	for _ in $(seq 50); do
+		if ip netns exec pl-inet timeout 1 bash -c "exec 3<>/dev/tcp/$STATUS_ADDR/80" 2>/dev/null; then
+			log "off-site status page: http://$STATUS_ADDR/ from pl-inet serves $root"
+			return 0
+		fi
+		sleep 0.1
+	done
+	die "the status web host does not answer (see $STATUS_DIR/error.log)"
+}
+
+cmd_status_web_down() {
+	local pids
+	# shellcheck disable=SC2046
+	kill_pids $(status_web_pid || true)
+	if ns_exists "$STATUS_NS"; then
+		pids=$(ip netns pids "$STATUS_NS" 2>/dev/null || true)
+		# shellcheck disable=SC2086
+		kill_pids $pids
+		ip netns del "$STATUS_NS"
+	fi
+	if ns_exists pl-inet; then ip -n pl-inet link del status 2>/dev/null || true; fi
+	rm -f "$STATUS_DIR/nginx.pid"
+	[[ ${1:-} == quiet ]] || log "status web host down"
 }
 
 # ------------------------------------------------------------------------------------- up/down
@@ -1034,6 +1120,7 @@ teardown() { # everything of the lab, whoever built it
 	# shellcheck disable=SC2046
 	kill_pids $(portal_proxy_pid || true) $(pgrep -f 'deploy/lab/portal_proxy.py --netns pl-inet' || true)
 	rm -f "$LAB_VAR/portal-proxy.pid"
+	cmd_status_web_down quiet
 	for host in "${NAT_HOSTS[@]}"; do
 		pids=$(sshd_pid "$host" || true)
 		# shellcheck disable=SC2086
@@ -1112,9 +1199,21 @@ cmd_ssh() { # nat1|nat2 VERB... (stdin passes through)
 		-i "$LAB_VAR/portal_ed25519" "root@${MGMT_ADDR[$host]}" "$@"
 }
 
+close_inherited_fds() {
+	# `flock /tmp/pl-lab.lock lab.sh up` hands its locked descriptor to lab.sh: the daemons
+	# started here (sshd, Kea, keepalived, nginx, ...) would keep it, and with it the lock, for
+	# as long as the lab runs. Nothing here needs a descriptor above 2 from its caller.
+	local fd
+	for fd in /proc/$$/fd/*; do
+		fd=${fd##*/}
+		[[ $fd =~ ^[0-9]+$ ]] && ((fd > 2 && fd != 255)) && eval "exec $fd>&-" 2>/dev/null || true
+	done
+}
+
 main() {
 	local cmd=${1:-}
 	[[ $# -gt 0 ]] && shift
+	close_inherited_fds
 	case "$cmd" in
 	up) cmd_up ;;
 	down) cmd_down ;;
@@ -1144,6 +1243,8 @@ main() {
 	portal-proxy) cmd_portal_proxy "$@" ;;
 	kea-restart) cmd_kea restart "$@" ;;
 	kea-stop) cmd_kea stop "$@" ;;
+	status-web) cmd_status_web "$@" ;;
+	status-web-down) cmd_status_web_down ;;
 	*)
 		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
 		exit 2

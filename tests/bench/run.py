@@ -730,6 +730,104 @@ def traffic_collection() -> Iterable[Row]:
             "< interval (300 s)",
         )
         yield (f"{tag}: portal, the same totals again", f"{p['unchanged_seconds']:.2f}", "s", "")
+        if "parse_seconds" in p:
+            yield (
+                f"{tag}: portal, the host's answer parsed (JSON + validation), before the store",
+                f"{p['parse_seconds']:.2f}",
+                "s",
+                "",
+            )
+        if members == 100000 and "parse_seconds" in p:
+            yield (
+                f"{tag}: portal time of one interval (parse + next reading)",
+                f"{p['parse_seconds'] + p['second_seconds']:.2f}",
+                "s",
+                "< 30 s",
+            )
+
+
+@benchmark(
+    "Sites: 100,000 members across 5 sites (portal-wide traffic and health, one site's compile)"
+)
+def sites_portal_wide() -> Iterable[Row]:
+    """tests.bench.sites_bench on the 100,000-member seed_demo database split into 5 sites
+    (seed_demo --sites 5 on top of it: sites and hosts only, seconds)."""
+    import json
+
+    url = _seeded_database_url(100000)
+    subprocess.run(
+        [sys.executable, "manage.py", "seed_demo", "--members", "100000", "--sites", "5"],
+        cwd=ROOT, env=_seed_env(url), check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.sites_bench"],
+        cwd=ROOT, env=_seed_env(url), check=True, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    t = r["traffic"]
+    tag = f"{r['members']:,} members, {r['sites']} sites"
+    for label, what in (("first", "first reading (every key new)"), ("next", "next reading")):
+        x = t[label]
+        yield (
+            f"{tag}: traffic, {what} of all {t['hosts']} hosts ({t['keys']:,} keys): "
+            f"parse {x['parse']:.2f} + store {x['store']:.2f}; slowest host {x['worst_host']:.2f} s",
+            f"{x['parse'] + x['store']:.2f}",
+            "s",
+            "< 30 s" if label == "next" else "",
+        )
+    yield (
+        f"{tag}: traffic rows kept ({t['counters']:,} counters, {t['buckets']:,} hour buckets)",
+        f"{t['counters'] + t['buckets']:,}",
+        "rows",
+        "",
+    )
+    h = r["health"]
+    yield (f"{tag}: health, one round's samples stored ({h['rows']} rows: one per host)",
+           f"{h['seconds'] * 1000:.0f}", "ms", "")  # fmt: skip
+    for key, where, target in (
+        ("compile_site", "a host of demo-1", "< 20 ms"),
+        ("compile_all", "a host serving every building", "< 50 ms"),
+    ):
+        c = r[key]
+        yield (
+            f"{tag}: steady compile of one member's change, {where} ({c['members']:,} networked "
+            f"members in the site): database -> snapshot {c['read'] * 1000:.0f} ms; -> text",
+            f"{c['total'] * 1000:.0f}",
+            "ms",
+            target,
+        )
+
+
+@benchmark(
+    "tc layouts: the full shaping tree at 12,500 to 50,000 classes, side by side (namespace)"
+)
+def tc_layouts() -> Iterable[Row]:
+    """tests.bench.tc_layouts_bench (root; the lab lock is the caller's, as for every section)."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.tc_layouts_bench"],
+        cwd=ROOT, check=True, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    for r in json.loads(out.stdout.strip().splitlines()[-1])["results"]:
+        note = f" (failed: {r['failed'][:80]})" if r["failed"] else ""
+        yield (
+            f"{r['classes']:,} classes over 2 links, layout {r['layout']}: tc -batch wall time "
+            f"[CPU: kernel {r['sys']:.2f} s, tc {r['user']:.2f} s]{note}",
+            f"{r['wall']:.2f}",
+            "s",
+            "< 8 s" if r["classes"] == 50000 else "",
+        )
+        if "again" in r:
+            a = r["again"]
+            yield (
+                f"{r['classes']:,} classes over 2 links, layout {r['layout']}: the same classes "
+                f"again onto the tree just built (class replace, tree kept) [CPU: kernel "
+                f"{a['sys']:.2f} s]",
+                f"{a['wall']:.2f}",
+                "s",
+                "< 8 s" if r["classes"] == 50000 else "",
+            )
 
 
 @benchmark("Tickets: mail ingest, mass reply, status page")

@@ -12,7 +12,8 @@ the helper's `traffic` verb runs in the namespace (state dir in a tmp dir): its 
 3) and the size of its answer; then a full replacement through the helper's own path that
 carries the counters (read + fold before `nft -f`), against the same replacement without them.
 Portal: every device of the seed_demo database gets IPv4 in/out rows and every /64 IPv6
-in/out rows; `traffic_store` stores the first reading (every key new) and a second one (every
+in/out rows; the answer's parse (JSON + traffic_reply_parse) is timed, then `traffic_store`
+stores the first reading (every key new) and a second one (every
 key changed): time, counter rows, bucket rows.
 """
 
@@ -175,6 +176,16 @@ def portal_side() -> dict:
     for net in sorted(nets):
         rows.append(Row("acct6n_in", net, 100, 300_000))
         rows.append(Row("acct6n_out", net, 40, 30_000))
+    # The portal's part before the store: the helper's answer (JSON) parsed and validated.
+    from apps.traffic.services import traffic_reply_parse
+
+    sets: dict[str, list] = {}
+    for r in rows:
+        sets.setdefault(r.set_name, []).append([r.key, r.packets, r.octets])
+    answer = json.dumps({"epoch": "b1", "sets": sets})
+    start = time.perf_counter()
+    traffic_reply_parse(json.loads(answer))
+    parse_s = time.perf_counter() - start
     now = timezone.now()
     start = time.perf_counter()
     first = traffic_store(host=host, epoch="b1", rows=rows, now=now)
@@ -196,6 +207,7 @@ def portal_side() -> dict:
     return {
         "members": members,
         "rows": len(rows),
+        "parse_seconds": parse_s,
         "first_seconds": first_s,
         "second_seconds": second_s,
         "unchanged_seconds": same_s,

@@ -50,7 +50,8 @@ def test_the_metrics_say_what_the_database_holds(client):
     host = FirewallHost.objects.create(name="fw1", address="10.255.255.11", drift=["nft:x"])
     HostHealthSample.objects.create(
         host=host, reachable=True, conntrack_count=900, conntrack_max=1000,
-        softirq_per_cpu=[0.1, 0.7], conntrack_stats={"drop": 3, "early_drop": 2, "found": 9},
+        softirq_per_cpu=[0.1, 0.7],
+        conntrack_stats={"drop": 3, "early_drop": 2, "found": 9, "offloaded": 41},
     )  # fmt: skip
     text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
     assert 'portal_firewall_host_reachable{host="fw1",site="main"} 1.0' in text
@@ -58,6 +59,32 @@ def test_the_metrics_say_what_the_database_holds(client):
     assert 'portal_firewall_conntrack_entries{host="fw1"} 900.0' in text
     assert 'portal_firewall_softirq_share{cpu="1",host="fw1"} 0.7' in text
     assert 'portal_firewall_conntrack_drops{host="fw1"} 5.0' in text
+    assert 'portal_firewall_offloaded_flows{host="fw1"} 41.0' in text
+
+
+@pytest.mark.django_db
+def test_dhcp_and_vrrp_fault_metrics_come_from_the_newest_sample(client):
+    from apps.firewall.models import FirewallHost
+    from apps.health.models import HostHealthSample
+
+    kea = FirewallHost.objects.create(name="fw1", address="10.255.255.11", serves_dhcp=True)
+    plain = FirewallHost.objects.create(name="fw2", address="10.255.255.12")
+    ha = {"instances": {"ipv4": {"state": "FAULT"}, "ipv6": {"state": "BACKUP"}}}
+    HostHealthSample.objects.create(
+        host=kea, reachable=True, ha=ha,
+        dhcp={"answering": False, "requests": 40, "answers": 12, "error": "no socket"},
+    )  # fmt: skip
+    # A host that is no DHCP server for the portal exports no DHCP state, whatever it runs.
+    HostHealthSample.objects.create(host=plain, reachable=True, dhcp={"answering": True})
+    text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+    assert 'portal_firewall_dhcp_up{host="fw1",site="main"} 0.0' in text
+    assert 'portal_firewall_dhcp_requests{host="fw1",site="main"} 40.0' in text
+    assert 'portal_firewall_dhcp_answers{host="fw1",site="main"} 12.0' in text
+    assert 'host="fw2"' not in "".join(
+        line for line in text.splitlines() if line.startswith("portal_firewall_dhcp")
+    )
+    assert 'portal_firewall_vrrp_fault{family="ipv4",host="fw1",site="main"} 1.0' in text
+    assert 'portal_firewall_vrrp_fault{family="ipv6",host="fw1",site="main"} 0.0' in text
 
 
 @pytest.mark.django_db

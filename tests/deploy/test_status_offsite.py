@@ -3,9 +3,12 @@ shipped nginx site serves it from another place, and it says when it was last up
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -172,3 +175,87 @@ def test_the_page_reaches_a_second_host_over_ssh(scratch, settings):
         assert not (root / "index.html").exists()
     finally:
         stop(proc)
+
+
+PUBLIC_READ = {  # deploy/README.md, "Off-site status page": the policy that makes the page public
+    "Version": "2012-10-17",
+    "Statement": [{
+        "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+        "Resource": "arn:aws:s3:::status-page/public/*",
+    }],
+}  # fmt: skip
+
+
+@pytest.fixture
+def s3_server(scratch):
+    """moto's server mode: a real S3-compatible HTTP server on loopback (signature checks,
+    buckets, objects with their headers), standing in for a store that cannot exist here."""
+    server = Path(sys.executable).with_name("moto_server")
+    port = free_port()
+    log = scratch / "moto.log"
+    proc = subprocess.Popen(
+        [server, "-H", "127.0.0.1", "-p", str(port)], stdout=log.open("wb"),
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, proc=proc, log=log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+@pytest.mark.django_db
+def test_the_page_reaches_an_s3_compatible_store(s3_server, settings):
+    import boto3
+
+    settings.PORTAL_STATUS_PUBLISH_TARGET = "s3://status-page/public"
+    settings.PORTAL_STATUS_PUBLISH_S3_ENDPOINT = s3_server
+    settings.PORTAL_STATUS_PUBLISH_S3_ACCESS_KEY = "portal"
+    settings.PORTAL_STATUS_PUBLISH_S3_SECRET_KEY = "portal-secret"
+    store = boto3.client(
+        "s3", endpoint_url=s3_server, region_name="us-east-1",
+        aws_access_key_id="portal", aws_secret_access_key="portal-secret",
+    )  # fmt: skip
+    incident_declare(actor=None, title="Uplink down", title_de="Uplink ausgefallen")
+    # No bucket yet: the publish fails for the task to retry, naming the store's answer.
+    with pytest.raises(PublishError, match="NoSuchBucket"):
+        publish.status_publish()
+    store.create_bucket(Bucket="status-page")
+    publish.status_publish()
+    page = store.get_object(Bucket="status-page", Key="public/index.html")
+    assert page["ContentType"] == "text/html; charset=utf-8"
+    assert page["CacheControl"] == "no-cache"
+    english = page["Body"].read().decode()
+    assert "Uplink down" in english
+    german = store.get_object(Bucket="status-page", Key="public/de/index.html")
+    assert "Uplink ausgefallen" in german["Body"].read().decode()
+    # Every static file the page names is in the store too (the page is served from there).
+    for name in re.findall(r'(?:href|src)="/static/([^"?#]+)"', english):
+        store.head_object(Bucket="status-page", Key=f"public/static/{name}")
+    # Read back over plain HTTP without credentials, as a browser fetches it, once the bucket's
+    # policy lets anyone read the prefix (deploy/README.md; the store refused before: 403).
+    url = f"{s3_server}/status-page/public/index.html"
+    with pytest.raises(urllib.error.HTTPError, match="403"):
+        urllib.request.urlopen(url, timeout=5)  # noqa: S310 (loopback)
+    store.put_bucket_policy(Bucket="status-page", Policy=json.dumps(PUBLIC_READ))
+    with urllib.request.urlopen(url, timeout=5) as r:  # noqa: S310 (loopback)
+        assert "Uplink down" in r.read().decode()
+        assert r.headers["Content-Type"] == "text/html; charset=utf-8"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("target", ["s3://", "s3://UPPER/x", "s3://b/../x", "s3://ok-bucket/a b"])
+def test_an_s3_target_that_names_no_bucket_is_refused(settings, target):
+    settings.PORTAL_STATUS_PUBLISH_TARGET = target
+    with pytest.raises(PublishError, match="neither a directory nor"):
+        publish.status_publish()
+
+
+@pytest.mark.django_db
+def test_an_unreachable_s3_store_fails_for_the_task_to_retry(settings):
+    settings.PORTAL_STATUS_PUBLISH_TARGET = "s3://status-page"
+    settings.PORTAL_STATUS_PUBLISH_S3_ENDPOINT = f"http://127.0.0.1:{free_port()}"  # nobody
+    settings.PORTAL_STATUS_PUBLISH_S3_ACCESS_KEY = "a"
+    settings.PORTAL_STATUS_PUBLISH_S3_SECRET_KEY = "b"
+    with pytest.raises(PublishError, match="S3 upload to s3://status-page failed"):
+        publish.status_publish()

@@ -22,7 +22,8 @@ def flowtables(host: Host) -> tuple[Flowtable, ...]:
 
 
 def fast_path_rules(host: Host) -> tuple[tuple[str, ...], tuple[Chain, ...]]:
-    """(the forward chain's rules, the chains `forward_kept` and `fast_path`) with the fast path.
+    """(the forward chain's rules, the chains `forward_kept`, `opening_kept` and `fast_path`)
+    with the fast path.
 
     An established TCP/UDP flow is offered to the flowtable unless a shaped member is one of
     its ends: offloaded packets skip the forward and postrouting hooks, so `meta priority set`
@@ -33,11 +34,16 @@ def fast_path_rules(host: Host) -> tuple[tuple[str, ...], tuple[Chain, ...]]:
     (one per flow, and again only when a flow comes back from the flowtable)."""
     if not host.fast_path:
         return (), ()
+    net6 = NET64_MASK
+    orig6 = "ct state established meta nfproto ipv6 meta l4proto { tcp, udp } ct original ip6 daddr"
     offer = (
         "ct state established ct status dnat jump forward_kept",
+        # IPv6: a flow started towards a member's device came in through an opening (or from
+        # a management source): the same check as forward_kept, against the openings.
+        f"{orig6} & {net6} @src6_net jump opening_kept",
+        f"{orig6} @src6 jump opening_kept",
         "ct state established meta l4proto { tcp, udp } jump fast_path",
     )
-    net6 = NET64_MASK
     orig = "ct original ip daddr"
     kept = Chain(
         "forward_kept",
@@ -45,10 +51,37 @@ def fast_path_rules(host: Host) -> tuple[tuple[str, ...], tuple[Chain, ...]]:
             # An established flow to a forward that is gone (or disabled) ends: it came back
             # from the flowtable when the table was replaced (see diff), and meets this first.
             # The original destination (public address and port) is a forward's public side.
+            *(
+                f"meta l4proto {proto} {orig} & 0.0.0.0 . ct original proto-dst & 0"
+                f" != @fwd_keys_{proto} return"  # the set is not live yet (LIVE_SENTINEL4)
+                for proto in ("tcp", "udp")
+            ),
             f"meta l4proto tcp {orig} . ct original proto-dst @fwd_keys_tcp return",
             f"meta l4proto udp {orig} . ct original proto-dst @fwd_keys_udp return",
             'meta l4proto tcp counter reject with tcp reset comment "forward removed: its connection ends"',
             'counter drop comment "forward removed: its flow ends"',
+        ),
+    )
+    key6 = "ct original ip6 daddr . meta l4proto . ct original proto-dst"
+    opening_kept = Chain(
+        "opening_kept",
+        (
+            # An established IPv6 flow to a device whose opening is gone ends, like a removed
+            # forward's (it came back from the flowtable when the table was replaced).
+            "ct original ip6 saddr @mgmt6 return",
+            *(
+                f"meta l4proto {proto} ct original ip6 daddr & :: . meta l4proto"
+                f" . ct original proto-dst & 0 != @open6_ranges return"  # LIVE_SENTINEL6
+                for proto in ("tcp", "udp")
+            ),
+            *(
+                f"meta l4proto {proto} {key6} @{name} return"  # proto-dst's type: per protocol
+                for name in ("open6_ports", "open6_ranges")
+                for proto in ("tcp", "udp")
+            ),
+            "ct original ip6 daddr @open6_all return",
+            'meta l4proto tcp counter reject with tcp reset comment "opening removed: its connection ends"',
+            'counter drop comment "opening removed: its flow ends"',
         ),
     )
     chain = Chain(
@@ -63,7 +96,7 @@ def fast_path_rules(host: Host) -> tuple[tuple[str, ...], tuple[Chain, ...]]:
             f'counter flow add @{FLOWTABLE_NAME} comment "fast path: flow offered to the flowtable"',
         ),
     )
-    return offer, (kept, chain)
+    return offer, (kept, opening_kept, chain)
 
 
 def chains(host: Host, policy: Policy) -> tuple[Chain, ...]:

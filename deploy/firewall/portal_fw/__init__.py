@@ -18,6 +18,7 @@ the package, along the path of one push:
     parts.py      digest parts of the portal tables read over netlink
     netlink.py    nf_tables over netlink (dumps, element events)
     health.py     health sampling: conntrack, softirq, interfaces, the pair's daemons
+    offload.py    offloaded flows of the fast path (conntrack's [OFFLOAD] entries)
     traffic.py    traffic counters of the accounting sets, carried across replacements
     ha.py         keepalived's notify hook and conntrackd's keeper (entry point portal-ha)
     pair.py       the pair's state on this host (VRRP roles, daemons, conntrackd statistics)

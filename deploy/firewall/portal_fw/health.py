@@ -1,5 +1,6 @@
 """Health sampling: conntrack fill and statistics, softirq per CPU, load, interfaces, who hit a
-conntrack quota, the version and confirm state, the pair's daemons (ha.py's status).
+conntrack quota, the version and confirm state, the pair's daemons (ha.py's status), and
+whether Kea answers (kea.py's dhcp_status, hosts that declare the kea-dhcp4 artefact).
 
 Read from /proc of the host's (or lab namespace's) network namespace; softirq shares are
 fractions of each CPU's time over the sample (0 ms: no sample).
@@ -11,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import nft
+from . import kea, nft, offload
 from .common import JSON, failed, now_iso, output, refused
 from .digest import public_digest
 from .host import Host
@@ -156,6 +157,7 @@ def collect(
             "ratio": round(count / maximum, 6) if count is not None and maximum else None,
             "stats": read_conntrack_stats(),
             "quota_hits": read_quota_hits(host),
+            "offloaded": offload.offloaded(),  # flows on the fast path ([OFFLOAD])
         },
         "softirq": {
             "sample_ms": sample_ms,
@@ -173,6 +175,9 @@ def collect(
         answer["ha"] = ha.finish()
     elif is_paired(host):
         answer["ha"] = HaStatus(host).run_now()
+    kea_spec = host.artefacts.get(kea.KEA_ARTEFACT)
+    if kea_spec is not None:
+        answer["dhcp"] = kea.dhcp_status(str(kea_spec.path))
     if digest is not None:
         answer["digest"] = public_digest(digest)
         recorded = ((state.get("digest") or {}).get("parts")) or {}

@@ -7,6 +7,9 @@
                             {"leases": [[address, mac, cltt, valid_lft, hostname, state], ...]}
     kea-ctl status FILE     {"pid": N, "uptime": S, "reload": S} (status-get)
 
+The health verb reads `dhcp_status` (below) with every sample: whether Kea answers at all, and
+how many DHCP requests it received and answered since it started (the DhcpNotAnswering rule).
+
 The socket path is read from FILE (Dhcp4.control-socket.socket-name). The entry point `kea-ctl`
 (a launcher beside the package) is the reload command of the kea-dhcp4 artefact; the agent's
 `dhcp-leases` verb asks Kea in-process.
@@ -41,12 +44,14 @@ def socket_path(config_file: str) -> str:
         raise KeaError(f"{config_file} names no Dhcp4 control socket ({exc})") from exc
 
 
-def command(path: str, name: str, arguments: JSON | None = None) -> JSON:
+def command(
+    path: str, name: str, arguments: JSON | None = None, *, timeout: float = TIMEOUT
+) -> JSON:
     request: JSON = {"command": name}
     if arguments is not None:
         request["arguments"] = arguments
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(TIMEOUT)
+        sock.settimeout(timeout)
         try:
             sock.connect(path)
         except OSError as exc:
@@ -65,6 +70,53 @@ def command(path: str, name: str, arguments: JSON | None = None) -> JSON:
             first: Any = answer[0] if isinstance(answer, list) else answer
             return first if isinstance(first, dict) else {"result": None, "text": str(first)}
     raise KeaError(f"no answer to {name} from {path}")
+
+
+# Kea's packet statistics (statistic-get-all): what clients asked and what Kea answered.
+REQUEST_STATS = ("pkt4-discover-received", "pkt4-request-received")
+ANSWER_STATS = ("pkt4-offer-sent", "pkt4-ack-sent", "pkt4-nak-sent")
+STATUS_TIMEOUT = 3.0  # Kea serves its control socket in the loop that answers DHCP: a hung
+# Kea answers neither, and the health sample must not wait for it
+
+
+def _stat(stats: JSON, name: str) -> int:
+    """The newest value of a Kea statistic ([[value, time], ...]), 0 when absent."""
+    samples = stats.get(name) or []
+    try:
+        return int(samples[0][0])
+    except (IndexError, TypeError, ValueError):
+        return 0
+
+
+def dhcp_status(config_file: str) -> JSON:
+    """Does this host's Kea answer? `answering`: it answers status-get on its control socket
+    (the same loop that answers clients) and has not given up opening its DHCP sockets;
+    `requests` / `answers`: DISCOVER + REQUEST received and OFFER + ACK + NAK sent since Kea
+    started (requests rising while answers stay flat: Kea hears clients but answers none)."""
+    try:
+        path = socket_path(config_file)
+        status = command(path, "status-get", timeout=STATUS_TIMEOUT)
+        if status.get("result") != 0:
+            raise KeaError(f"status-get refused: {status.get('text')}")
+        stats = command(path, "statistic-get-all", timeout=STATUS_TIMEOUT)
+    except (KeaError, OSError) as exc:
+        return {"answering": False, "error": str(exc)[:300]}
+    arguments = status.get("arguments") or {}
+    sockets = str((arguments.get("sockets") or {}).get("status") or "ready")
+    values = stats.get("arguments") or {}
+    answer: JSON = {
+        "answering": sockets != "failed",
+        "sockets": sockets,
+        "uptime": arguments.get("uptime"),
+        "requests": sum(_stat(values, name) for name in REQUEST_STATS),
+        "answers": sum(_stat(values, name) for name in ANSWER_STATS),
+    }
+    if sockets == "failed":
+        errors = (arguments.get("sockets") or {}).get("errors") or []
+        answer["error"] = ("Kea could not open its DHCP sockets: " + "; ".join(map(str, errors)))[
+            :300
+        ]
+    return answer
 
 
 def free_reserved_addresses(path: str, config_file: str) -> int:

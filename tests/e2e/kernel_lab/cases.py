@@ -10,11 +10,15 @@ client 203.0.113.10.
 from __future__ import annotations
 
 import dataclasses
+from ipaddress import IPv4Address
 
+from portal_fw import offload, probes
 from tests.e2e.kernel_lab.vm import Case
 from tests.e2e.ruleset.scenario import DORM_ADDRESSES, HOST, POLICY, lab_members
 from workers.ruleset import compile_snapshot
 from workers.ruleset import snapshot as s
+from workers.ruleset.ha import conntrackd_config
+from workers.ruleset.host import Ha
 
 FAST = dataclasses.replace(HOST, fast_path=True)
 DORM = " ".join(DORM_ADDRESSES)
@@ -50,6 +54,8 @@ c=$!
 wait_entry 'src=10.100.0.10 dst=203.0.113.10' '{expect}'
 echo "offload_out=$(offloaded 'src=10.100.0.10 dst=203.0.113.10')"
 block conntrack_out in_ns $FW conntrack -L
+# What the host agent's health sample asks (portal_fw/offload.py), during the transfer.
+block offload_listing in_ns $FW sh -c "{offload_commands}"
 wait $c
 # Inbound: the Internet to member 1's forward 198.51.100.5:7007 (DNAT to 10.100.0.10:7007).
 in_ns $INET timeout 20 iperf3 -c 198.51.100.5 -p 7007 -t {seconds} -J > in.json &
@@ -143,23 +149,162 @@ echo "quota_dropped=$(rule_counter to_members 'quota: forwarded connections')"
 block quota_hit in_ns $FW nft list set inet portal_fw quota_hit4
 """
 
+# The host agent's flowtable probe (portal_fw/probes.py): its text, on the interface it would
+# pick from the site's rule set, checked with the modules unloaded (a fresh Debian host has
+# them on disk, not loaded): the check loads them itself.
+PROBE = """
+rmmod nft_flow_offload nf_flow_table_inet nf_flow_table
+echo "modules_before=$(lsmod | grep -c '^nf_flow_table')"
+in_ns $FW nft -c -f probe.nft
+echo "probe=$?"
+echo "modules_after=$(lsmod | grep -c '^nf_flow_table_inet')"
+echo "tables_after=$(in_ns $FW nft list tables | wc -l)"
+modprobe nft_flow_offload
+"""
+
+# An IPv6 opening removed under an offloaded flow (member 1's device, openings tcp 2222 and
+# 2230 from the Internet); the rule set then loses the one on 2222. The same as
+# FORWARD_REMOVED, for IPv6 (opening_kept).
+OPENING_REMOVED = """
+export CT_FAMILY=ipv6
+load_rules . || exit 3
+in_ns $DORM iperf3 -s -1 -p 2222 -B 2001:db8:100:1::10 > server_gone.log 2>&1 &
+in_ns $DORM iperf3 -s -1 -p 2230 -B 2001:db8:100:1::10 > server_kept.log 2>&1 &
+sleep 1
+in_ns $INET timeout 300 iperf3 -6 -c 2001:db8:100:1::10 -p 2222 -t 280 -i 1 --forceflush > gone.log 2>&1 &
+g=$!
+in_ns $INET timeout 300 iperf3 -6 -c 2001:db8:100:1::10 -p 2230 -t 280 -i 1 --forceflush > kept.log 2>&1 &
+k=$!
+wait_entry 'dport=2222 ' '[OFFLOAD]'
+wait_entry 'dport=2230 ' '[OFFLOAD]'
+echo "offload_gone_before=$(offloaded 'dport=2222 ')"
+echo "offload_kept_before=$(offloaded 'dport=2230 ')"
+in_ns $FW nft -f rules2.nft
+echo "reload=$?"
+wait_entry 'dport=2230 ' '[OFFLOAD]'
+sleep 1
+echo "offload_gone_after=$(offloaded 'dport=2222 ')"
+echo "offload_kept_after=$(offloaded 'dport=2230 ')"
+block after_conntrack in_ns $FW conntrack -L -f ipv6
+sleep 2
+echo "gone_alive=$(kill -0 $g 2>/dev/null && echo yes || echo no)"
+echo "kept_alive=$(kill -0 $k 2>/dev/null && echo yes || echo no)"
+kill $k $g 2>/dev/null
+block gone cat gone.log
+block kept cat kept.log
+echo "ended=$(rule_counter opening_kept 'opening removed: its connection ends')"
+"""
+
+# HA with the fast path: the primary ($FW) and a backup ($FW2) with the same rule set, each
+# with the product's conntrackd.conf (workers/ruleset/ha.py: FT-FW over UDP on pl-cfws). A
+# flow through member 1's forward is offloaded on the primary; then what the backup's
+# conntrackd holds of it; then a failover by hand (keepalived is not in the VM: see
+# deploy/kernel-lab/README.md): the primary's links go down, the backup runs what
+# portal-ha's notify runs on becoming primary (conntrackd -c, -f, -R, -B), the member and
+# Internet sides route through the backup. Does the flow go on, and is it offloaded there?
+HA_FAILOVER = """
+load_rules . || exit 3
+pair_up
+in_ns $FW2 tc -batch rules.tc && in_ns $FW2 nft -f rules.nft || exit 3
+mkdir -p /run/ctd-a /run/ctd-b
+in_ns $FW conntrackd -d -C ctd-a.conf
+in_ns $FW2 conntrackd -d -C ctd-b.conf
+sleep 2
+in_ns $DORM iperf3 -s -1 -p 7007 -B 10.100.0.10 > server.log 2>&1 &
+sleep 1
+in_ns $INET timeout 300 iperf3 -c 198.51.100.5 -p 7007 -t 280 -i 1 --forceflush > flow.log 2>&1 &
+c=$!
+wait_entry 'dport=7007 ' '[OFFLOAD]'
+echo "offload_primary=$(offloaded 'dport=7007 ')"
+sleep 3
+block primary_ct in_ns $FW conntrack -L
+block primary_internal in_ns $FW conntrackd -C ctd-a.conf -i
+block backup_external in_ns $FW2 conntrackd -C ctd-b.conf -e
+echo "backup_has=$(in_ns $FW2 conntrackd -C ctd-b.conf -e 2>/dev/null | grep -c 'dport=7007 ')"
+before=$(grep -c 'sec ' flow.log)
+# The failover.
+in_ns $FW ip link set pl-cfwu down
+in_ns $FW ip link set pl-cfwd down
+for step in -c -f -R -B; do in_ns $FW2 conntrackd -C ctd-b.conf $step; echo "backup_step$step=$?"; done
+in_ns $DORM ip route replace default via 10.100.0.1 dev pl-cdd2 onlink
+in_ns $INET ip route replace 198.51.100.0/24 via 203.0.113.1 dev pl-ciu2 onlink
+block backup_ct_committed in_ns $FW2 conntrack -L
+FW=$FW2 wait_entry 'dport=7007 ' '[OFFLOAD]'
+echo "offload_backup=$(FW=$FW2 offloaded 'dport=7007 ')"
+sleep 4
+block backup_ct_after in_ns $FW2 conntrack -L
+echo "alive=$(kill -0 $c 2>/dev/null && echo yes || echo no)"
+after=$(grep -c 'sec ' flow.log)
+echo "intervals_before=$before"
+echo "intervals_after=$after"
+kill $c 2>/dev/null
+sleep 1
+block flow cat flow.log
+block backup_forward in_ns $FW2 nft list chain inet portal_fw forward
+block backup_stats in_ns $FW2 conntrackd -C ctd-b.conf -s
+block ctd_a_log cat /run/ctd-a/conntrackd.log
+block ctd_b_log cat /run/ctd-b/conntrackd.log
+in_ns $FW conntrackd -C ctd-a.conf -k
+in_ns $FW2 conntrackd -C ctd-b.conf -k
+pair_down
+"""
+
+
+def conntrackd_conf(local: str, peer: str, run_dir: str) -> str:
+    """The product's conntrackd.conf for one firewall of the VM's pair."""
+    ha = Ha(
+        sync_interface="pl-cfws",
+        local4=IPv4Address(local),
+        peer4=IPv4Address(peer),
+        # the gateways keepalived would move (here they sit on both hosts from the start)
+        addresses4=(("pl-cfwd", "10.100.0.1/16"), ("pl-cfwu", "203.0.113.1/24")),
+        run_dir=run_dir,
+    )
+    snapshot = s.Snapshot(policy=POLICY, host=FAST, members=lab_members(), ha=ha)
+    text = conntrackd_config(snapshot)
+    assert text is not None
+    return text
+
+
 QUOTA_IN = 100
 SETUP = f'topo "{DORM}"\n'
+
+
+def with_openings(*ports: int) -> tuple[s.Member, ...]:
+    """The lab's members with member 1's TCP openings on exactly `ports` (its UDP one kept)."""
+    m1, *rest = lab_members()
+    udp = tuple(o for o in m1.openings if o.protocol != "tcp")
+    tcp = tuple(s.Opening(100 + p, 10, "tcp", p) for p in ports)
+    return (dataclasses.replace(m1, openings=udp + tcp), *rest)
 
 
 def all_cases() -> list[Case]:
     """Every kernel-lab case, in the order the VM runs them."""
     flood_policy = dataclasses.replace(POLICY, conntrack_quota_in=QUOTA_IN)
+    site_rules = rules()["rules.nft"]
+    device = next(iter(probes.flowtable_devices(site_rules)))
+    offload_commands = "; ".join(" ".join(argv) for argv in offload.COMMANDS)
     return [
+        Case("flowtable_probe", PROBE, {"probe.nft": probes.flowtable_probe_text(device)}),
         Case(
             "fast_path_on",
-            TRAFFIC.format(seconds=TRANSFER_S, port=PROBE_PORT, expect="[OFFLOAD]"),
+            TRAFFIC.format(
+                seconds=TRANSFER_S,
+                port=PROBE_PORT,
+                expect="[OFFLOAD]",
+                offload_commands=offload_commands,
+            ),
             rules(),
             timeout=100,
         ),
         Case(
             "fast_path_off",
-            TRAFFIC.format(seconds=CONTROL_S, port=PROBE_PORT, expect="ESTABLISHED"),
+            TRAFFIC.format(
+                seconds=CONTROL_S,
+                port=PROBE_PORT,
+                expect="ESTABLISHED",
+                offload_commands=offload_commands,
+            ),
             rules(HOST),
             timeout=100,
         ),
@@ -169,6 +314,25 @@ def all_cases() -> list[Case]:
             FORWARD_REMOVED,
             {**rules(), "rules2.nft": rules(members=without_forward(7007))["rules.nft"]},
             timeout=150,
+        ),
+        Case(
+            "opening_removed",
+            OPENING_REMOVED,
+            {
+                **rules(members=with_openings(2222, 2230)),
+                "rules2.nft": rules(members=with_openings(2230))["rules.nft"],
+            },
+            timeout=150,
+        ),
+        Case(
+            "ha_failover",
+            HA_FAILOVER,
+            {
+                **rules(),
+                "ctd-a.conf": conntrackd_conf("10.255.254.1", "10.255.254.2", "/run/ctd-a"),
+                "ctd-b.conf": conntrackd_conf("10.255.254.2", "10.255.254.1", "/run/ctd-b"),
+            },
+            timeout=120,
         ),
         Case(
             "floods",

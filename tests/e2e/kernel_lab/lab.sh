@@ -64,14 +64,15 @@ load_rules() {  # load_rules DIR : tc batch, then the nft transaction, as the ho
     stamp loaded
 }
 
+# The family `conntrack -L` lists (it lists IPv4 alone unless told): CT_FAMILY=ipv6 for IPv6.
 offloaded() {  # offloaded PATTERN : conntrack entries marked [OFFLOAD] matching PATTERN
-    in_ns $FW conntrack -L 2>/dev/null | grep -F '[OFFLOAD]' | grep -c -- "$1"
+    in_ns $FW conntrack -L -f ${CT_FAMILY:-ipv4} 2>/dev/null | grep -F '[OFFLOAD]' | grep -c -- "$1"
 }
 
 wait_entry() {  # wait_entry PATTERN [TEXT] : until a conntrack line holds PATTERN (and TEXT), <= 15 s
     i=0
     while [ $i -lt 30 ]; do
-        in_ns $FW conntrack -L 2>/dev/null | grep -- "$1" | grep -qF -- "${2:-$1}" && return 0
+        in_ns $FW conntrack -L -f ${CT_FAMILY:-ipv4} 2>/dev/null | grep -- "$1" | grep -qF -- "${2:-$1}" && return 0
         sleep 0.5
         i=$((i + 1))
     done
@@ -102,6 +103,7 @@ reset_lab() {  # between cases: no process, rule set, shaper or conntrack entry 
     in_ns $FW nft delete table inet portal_fw 2>/dev/null
     for dev in pl-cfwu pl-cfwd; do in_ns $FW tc qdisc del dev $dev root 2>/dev/null; done
     in_ns $FW conntrack -F 2>/dev/null
+    in_ns $FW conntrack -F -f ipv6 2>/dev/null
     return 0
 }
 
@@ -110,4 +112,41 @@ teardown() {  # every namespace and the processes in it
         for pid in $(ip netns pids "$ns"); do kill -9 "$pid" 2>/dev/null; done
         ip netns del "$ns"
     done
+}
+
+FW2=pl-cfw2
+
+pair_up() {  # a second firewall (the backup) beside $FW: the same interface names and addresses
+    # on links of its own to the Internet side (pl-ciu2) and the member side (pl-cdd2), and a
+    # sync link pl-cfws between the two (10.255.254.1 / .2)
+    ip netns add $FW2
+    in_ns $FW2 ip link set lo up
+    in_ns $FW2 sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
+        net.netfilter.nf_conntrack_tcp_loose=0 net.netfilter.nf_conntrack_acct=1 >/dev/null
+    in_ns $FW2 ip link add pl-cfwu type veth peer name pl-ciu2
+    in_ns $FW2 ip link set pl-ciu2 netns $INET
+    in_ns $FW2 ip link add pl-cfwd type veth peer name pl-cdd2
+    in_ns $FW2 ip link set pl-cdd2 netns $DORM
+    in_ns $FW ip link add pl-cfws type veth peer name pl-cfws2
+    in_ns $FW ip link set pl-cfws2 netns $FW2
+    in_ns $FW2 ip link set pl-cfws2 name pl-cfws
+    for pair in "$FW2 pl-cfwu" "$FW2 pl-cfwd" "$FW2 pl-cfws" "$FW pl-cfws" "$INET pl-ciu2" "$DORM pl-cdd2"; do
+        set -- $pair
+        in_ns $1 ip link set $2 up
+    done
+    in_ns $FW2 ip addr add 203.0.113.1/24 dev pl-cfwu
+    in_ns $FW2 ip addr add 10.100.0.1/16 dev pl-cfwd
+    in_ns $FW ip addr add 10.255.254.1/24 dev pl-cfws
+    in_ns $FW2 ip addr add 10.255.254.2/24 dev pl-cfws
+}
+
+pair_down() {  # the backup gone, the primary's links up again, the routes as topo made them
+    for pid in $(ip netns pids $FW2); do kill -9 "$pid" 2>/dev/null; done
+    ip netns del $FW2 2>/dev/null
+    in_ns $FW ip link del pl-cfws 2>/dev/null
+    in_ns $FW ip link set pl-cfwu up
+    in_ns $FW ip link set pl-cfwd up
+    in_ns $INET ip route replace 198.51.100.0/24 via 203.0.113.1 dev pl-ciu
+    in_ns $DORM ip route replace default via 10.100.0.1 dev pl-cdd
+    return 0
 }

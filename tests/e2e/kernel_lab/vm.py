@@ -9,6 +9,7 @@ background thread, so the rest of the suite runs while the VM boots and works.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 import shutil
@@ -113,6 +114,9 @@ def run_all(cases: list[Case], setup: str = "", timeout: float = 420) -> Run:
             status, output = lab.run(d, timeout=timeout)
         except lab.LabError as exc:
             return Run({}, 2, "", 0.0, time.monotonic() - started, str(exc))
+    # The whole output of the last run, for reading after the tests (every case's blocks).
+    with contextlib.suppress(OSError):
+        (lab.CACHE / "last-run.log").write_text(output)
     results: dict[str, Result] = {}
     for m in re.finditer(
         r"^==== CASE (\S+)\n(.*?)^==== END \1 (\d+) ([\d.]+) ([\d.]+)$", output, re.M | re.S

@@ -55,7 +55,7 @@ def lab():
     finally:
         down = lab_sh("down")
         assert down.returncode == 0, down.stderr
-        lab_names = ("pl-nat1", "pl-nat2", "pl-dorm", "pl-inet", "pl-dev-")
+        lab_names = ("pl-nat1", "pl-nat2", "pl-dorm", "pl-inet", "pl-dev-", "pl-status")
         leftover = [  # only the lab's own: other suites (pl-c*) manage theirs
             line.split()[0]
             for line in run("ip", "netns", "list").stdout.splitlines()

@@ -8,7 +8,7 @@ from workers.ruleset import compile_snapshot
 from workers.ruleset import snapshot as s
 
 
-def compiled_for(host: str, port: int, *, shaped: bool = False):
+def compiled_for(host: str, port: int, *, shaped: bool = False, fast_path: bool = False):
     member = s.Member(
         id=1,
         public_ipv4="198.51.100.23",
@@ -24,6 +24,7 @@ def compiled_for(host: str, port: int, *, shaped: bool = False):
             member_interfaces=("dorm0",),
             private_networks=("10.100.0.0/16",),
             public_networks=("198.51.100.0/24",),
+            fast_path=fast_path,
         ),
         members=(member,),
     )
@@ -31,9 +32,14 @@ def compiled_for(host: str, port: int, *, shaped: bool = False):
 
 
 def version(
-    host: FirewallHost, *, port: int = 8080, nft_text: str | None = None, shaped: bool = False
+    host: FirewallHost,
+    *,
+    port: int = 8080,
+    nft_text: str | None = None,
+    shaped: bool = False,
+    fast_path: bool = False,
 ) -> RuleSetVersion:
-    compiled = compiled_for(host.name, port, shaped=shaped)
+    compiled = compiled_for(host.name, port, shaped=shaped, fast_path=fast_path)
     return ruleset_version_store(
         host=host,
         nft_text=nft_text if nft_text is not None else compiled.nft,

@@ -110,3 +110,19 @@ def test_the_syn_proxy_is_an_admin_setting_off_by_default_that_reaches_the_rule_
     assert policy.syn_proxy is True
     host = rs.Host(name="fw", uplink_interfaces=("inet0",), member_interfaces=("dorm0",))
     assert "synproxy" in compile_snapshot(rs.Snapshot(policy=policy, host=host)).nft
+
+
+def test_the_flows_on_the_fast_path_are_stored_and_shown(host, client_for):
+    """The agent's count of offloaded flows (portal_fw/offload.py) reaches the host page."""
+    from apps.health.services import conntrack_stats
+
+    stats = conntrack_stats({"stats": {"drop": 1}, "offloaded": 1234})
+    assert stats == {"drop": 1, "offloaded": 1234}
+    assert conntrack_stats({"stats": {"drop": 1}, "offloaded": None}) == {"drop": 1}
+    sample(host, conntrack_stats=stats)
+    url = reverse("firewall:host_detail", args=[host.name])
+    page = client_for("volunteer").get(url).text
+    assert "Flows on the fast path now" in page
+    assert 'data-testid="offloaded">1,234<' in page
+    german = client_for("volunteer").get(url, HTTP_ACCEPT_LANGUAGE="de").text
+    assert "Verbindungen jetzt auf dem Schnellpfad" in german

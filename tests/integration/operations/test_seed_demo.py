@@ -211,3 +211,53 @@ def test_demo_members_dates_agree_with_their_status(debug_on):
             assert m.status_since == m.ended_at, m
         elif m.status in (MemberStatus.ACTIVE, MemberStatus.TEST) and m.checked_in_at:
             assert m.status_since == m.checked_in_at, m
+
+
+def test_sites_split_the_buildings_each_with_its_pair_and_compiles_only_its_members(debug_on):
+    """`--sites 3`: three sites over the buildings, each with its buildings' subnets and
+    registration ranges, members, two (disabled) hosts; a host's snapshot holds exactly the
+    members of its site's buildings."""
+    from apps.dhcp.models import RegistrationRange
+    from apps.firewall.models import FirewallHost, Site
+    from apps.firewall.snapshot import firewall_snapshot_build, snapshot_cache_clear
+    from apps.members.choices import MemberStatus
+    from apps.members.models import Member
+    from apps.network.models import Subnet
+
+    call_command("seed_demo", members=130, sites=3, seed=7)
+    sites = list(Site.objects.filter(name__startswith="demo-").order_by("name"))
+    assert [s.name for s in sites] == ["demo-1", "demo-2", "demo-3"]
+    served: list[set[int]] = []
+    for site in sites:
+        buildings = set(site.buildings.values_list("pk", flat=True))
+        assert buildings
+        served.append(buildings)
+        assert Subnet.objects.filter(building__in=buildings).count() == 2 * len(buildings)
+        assert RegistrationRange.objects.filter(building__in=buildings).count() == len(buildings)
+        hosts = list(FirewallHost.objects.filter(site=site).order_by("name"))
+        assert [h.name for h in hosts] == [f"{site.name}-fw1", f"{site.name}-fw2"]
+        assert not any(h.enabled for h in hosts)
+        live = set(
+            Member.objects.filter(
+                room__building__in=buildings, status__in=(MemberStatus.ACTIVE, MemberStatus.TEST)
+            ).values_list("pk", flat=True)
+        )
+        assert live
+        snapshot_cache_clear()
+        compiled = {m.id for m in firewall_snapshot_build(host=hosts[0]).members}
+        assert compiled
+        assert compiled == live
+    # The sites split the buildings: every one served, none twice.
+    from apps.members.models import Building
+
+    assert set().union(*served) == set(Building.objects.values_list("pk", flat=True))
+    assert sum(len(b) for b in served) == len(set().union(*served))
+    # Again: nothing new.
+    call_command("seed_demo", members=130, sites=3, seed=7)
+    assert Site.objects.filter(name__startswith="demo-").count() == 3
+    assert FirewallHost.objects.filter(name__startswith="demo-").count() == 6
+
+
+def test_sites_out_of_range_are_refused(debug_on):
+    with pytest.raises(CommandError, match="--sites"):
+        call_command("seed_demo", members=1, sites=-1)

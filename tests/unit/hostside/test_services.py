@@ -4,9 +4,13 @@ the RA configuration, without root."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import struct
+import subprocess
 import threading
+import time
 
 import pytest
 
@@ -100,3 +104,40 @@ def test_the_ra_configuration_is_validated_and_frames_carry_a_good_checksum(tmp_
     path.write_text(json.dumps({"interface": "eth0; reboot"}))
     with pytest.raises(ra.ConfigError, match="interface name"):
         ra.load(str(path))
+
+
+@pytest.mark.skipif(
+    not shutil.which("kea-dhcp4"), reason="kea-dhcp4-server is installed by make test"
+)
+def test_the_health_sample_says_whether_a_real_kea_answers(tmp_path):
+    """A real kea-dhcp4 (no interfaces: it opens no DHCP socket) answers status-get and its
+    statistics; stopped, the sample says it does not answer, and why."""
+    sock, conf = tmp_path / "kea4.sock", tmp_path / "kea-dhcp4.conf"
+    conf.write_text(json.dumps({"Dhcp4": {
+        "interfaces-config": {"interfaces": []},
+        "control-socket": {"socket-type": "unix", "socket-name": str(sock)},
+        "lease-database": {"type": "memfile", "persist": False}, "subnet4": [],
+    }}))  # fmt: skip
+    declared = tmp_path / "artefacts.json"
+    declared.write_text(json.dumps({"kea-dhcp4": {"path": str(conf), "check": ["true", "{file}"]}}))
+    host = Host(tmp_path, "t")
+    host.artefacts = load_artefacts(declared)
+    env = {**os.environ, "KEA_PIDFILE_DIR": str(tmp_path), "KEA_LOCKFILE_DIR": str(tmp_path)}
+    server = subprocess.Popen(
+        ["kea-dhcp4", "-c", str(conf)], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dhcp = health.collect(host, 0)["dhcp"]
+        assert dhcp["answering"] is True
+        assert (dhcp["sockets"], dhcp["requests"], dhcp["answers"]) == ("ready", 0, 0)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    dhcp = health.collect(host, 0)["dhcp"]
+    assert dhcp["answering"] is False
+    assert "Kea is not answering" in dhcp["error"]
+    assert "dhcp" not in health.collect(Host(tmp_path, "plain"), 0)  # no Kea declared

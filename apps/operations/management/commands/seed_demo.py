@@ -29,7 +29,7 @@ from apps.network.models import (
     PortForward,
     PublicAddress,
 )
-from apps.operations.demo import Layout, NetworkSeeder, RulesSeeder, copy_insert
+from apps.operations.demo import MAX_SITES, Layout, NetworkSeeder, RulesSeeder, copy_insert
 from apps.testaccess.models import TestAccess
 from apps.tickets.models import CannedResponse
 
@@ -106,10 +106,19 @@ class Command(BaseCommand):
             "--seed", type=int, default=1, help="random seed (same seed, same data)"
         )
         parser.add_argument(
+            "--sites",
+            type=int,
+            default=0,
+            help="split the buildings into this many firewall sites, each with its own pair of "
+            "(disabled) firewall hosts; 0: leave the sites as they are",
+        )
+        parser.add_argument(
             "--force", action="store_true", help="allow demo logins (password 'demo') without DEBUG"
         )
 
-    def handle(self, *args: Any, members: int, seed: int, force: bool, **options: Any) -> None:
+    def handle(
+        self, *args: Any, members: int, seed: int, sites: int, force: bool, **options: Any
+    ) -> None:
         if not settings.DEBUG and not force:
             raise CommandError(
                 "Refusing to create demo logins with the password 'demo' while DEBUG is off; "
@@ -117,6 +126,8 @@ class Command(BaseCommand):
             )
         if members < 0:
             raise CommandError("--members must be 0 or more.")
+        if not 0 <= sites <= MAX_SITES:
+            raise CommandError(f"--sites must be between 0 and {MAX_SITES}.")
         started = time.monotonic()
         layout = Layout.for_count(members)
         with transaction.atomic():
@@ -124,11 +135,12 @@ class Command(BaseCommand):
             self._canned_responses()
             created_members = self._members(count=members, seed=seed)
             network = NetworkSeeder(layout=layout, seed=seed)
-            network.prepare(members)
+            network.prepare(members, sites=sites)
             network.dhcp_demo()
             people = [("resident", 1)] + [(f"member{n:05d}", n) for n in range(1, members + 1)]
             made = network.memberships(people)
             rules = RulesSeeder(seed=seed).run(people)
+            made_sites = network.sites(sites) if sites else []
             if members <= 200:  # the lab demo: its addresses get a history the abuse desk can ask
                 holdings_backfill()
         if made["members"] > 1000 or rules["forwards"] > 1000:
@@ -149,7 +161,8 @@ class Command(BaseCommand):
             f"seed_demo: {created_demo} demo login(s) and {created_members} member(s) created, "
             f"{made['members']} membership(s) with {made['devices']} device(s), "
             f"{rules['forwards']} port forward(s), {rules['openings']} IPv6 opening(s), "
-            f"{rules['test_accesses']} shaped test access(es) "
+            f"{rules['test_accesses']} shaped test access(es), "
+            f"{len(made_sites)} site(s) with two firewall hosts each "
             f"in {time.monotonic() - started:.1f} s (password for demo logins: {DEMO_PASSWORD})"
         )
 
