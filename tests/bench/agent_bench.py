@@ -2,7 +2,8 @@
 
 In a bench namespace (pl-cba*) with the synthetic host's interfaces, one agent runs as the
 forced command would start it (`python3 -I -S deploy/firewall/portal-fw ... ` with
-SSH_ORIGINAL_COMMAND="agent --protocol N"), over pipes instead of SSH. Measured:
+SSH_ORIGINAL_COMMAND="agent --protocol N", its run directory on a tmpfs as installed:
+`--run-dir /run/portal-fw`), over pipes instead of SSH. Measured:
 
 * cold start: process start -> hello, and -> the first answer (`version`);
 * a full bundle (nft + tc replace) applied and confirmed;
@@ -15,13 +16,16 @@ SSH_ORIGINAL_COMMAND="agent --protocol N"), over pipes instead of SSH. Measured:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.bench.ruleset_bench import _host_links, namespaces, one_forward_changed
@@ -38,13 +42,13 @@ CHANGES = 40
 
 
 class Agent:
-    def __init__(self, ns: str, state: str) -> None:
+    def __init__(self, ns: str, state: str, run: str) -> None:
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
                "SSH_ORIGINAL_COMMAND": f"agent --protocol {AGENT_PROTOCOL}"}  # fmt: skip
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", ns, "/usr/bin/python3", "-I", "-S", str(LAUNCHER),
-             "--state-dir", state, "--host-name", "bench"],
+             "--state-dir", state, "--run-dir", run, "--host-name", "bench"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
         )  # fmt: skip
         self.hello = json.loads(self.proc.stdout.readline())
@@ -71,6 +75,28 @@ class Agent:
         self.proc.wait(timeout=30)
 
 
+def tmpfs_directory() -> str | None:
+    """/run or /dev/shm when it is a tmpfs (/run is one on Debian; not on every VM)."""
+    with open("/proc/mounts", encoding="ascii", errors="replace") as fh:
+        mounts = {
+            fields[1]: fields[2] for fields in (line.split() for line in fh) if len(fields) > 2
+        }
+    for path in ("/run", "/dev/shm"):
+        if mounts.get(path) == "tmpfs" and os.access(path, os.W_OK):
+            return path
+    return None
+
+
+@contextlib.contextmanager
+def run_directory() -> Iterator[str]:
+    """The agent's run directory on a tmpfs, as installed (--run-dir /run/portal-fw)."""
+    path = tempfile.mkdtemp(prefix="portal-fw-bench-", dir=tmpfs_directory())
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def bundle(version: str, nft: tuple[str, str], tc: tuple[str, str] | None) -> str:
     artefacts = {"nft": {"mode": nft[0], "text": nft[1]}}
     if tc is not None and tc[1]:
@@ -92,9 +118,9 @@ def one_size(members: int) -> dict:
         raise RuntimeError("the forward change is not an increment")
     ns = f"pl-cba{members % 1000}"
     out: dict = {"members": members, "elements_changed": there.added + there.deleted}
-    with tempfile.TemporaryDirectory() as tmp, namespaces(ns):
+    with tempfile.TemporaryDirectory() as tmp, namespaces(ns), run_directory() as run:
         _host_links(ns, snap.host)
-        agent = Agent(ns, str(Path(tmp, "state")))
+        agent = Agent(ns, str(Path(tmp, "state")), run)
         try:
             _, first = agent.ask("version")
             out["cold_hello"] = agent.hello_seconds
@@ -117,6 +143,7 @@ def one_size(members: int) -> dict:
                 confirmed, round_confirm = agent.ask("confirm")
                 if applied["digest"].get("mode") != "incremental":
                     raise RuntimeError(f"not an incremental digest: {applied['digest']}")
+                out["applied_by"] = applied["applied_by"]
                 applies.append(applied["agent_seconds"])
                 confirms.append(confirmed["agent_seconds"])
                 rounds.append(round_apply + round_confirm)
@@ -145,10 +172,11 @@ fd = os.open('/run/netns/{ns}', os.O_RDONLY)
 ctypes.CDLL(None, use_errno=True).setns(fd, 0)
 state = __import__('pathlib').Path(sys.argv[1])
 state.mkdir()
-agent = Agent(Host(state, 'bench'), 1 << 30)
+agent = Agent(Host(state, 'bench', run_dir=__import__('pathlib').Path(sys.argv[4])), 1 << 30)
 full, inc = json.loads(open(sys.argv[2]).read()), json.loads(open(sys.argv[3]).read())
 agent.answer('apply-bundle', {{'confirm_within': 600, 'health_sample_ms': 0}}, full)
 agent.answer('confirm', {{}})
+agent.host.run_later()
 prof = cProfile.Profile()
 prof.enable()
 agent.answer('apply-bundle', {{'confirm_within': 600, 'health_sample_ms': 0}}, inc)
@@ -158,7 +186,7 @@ s = io.StringIO()
 pstats.Stats(prof, stream=s).sort_stats('cumulative').print_stats(25)
 print(s.getvalue())
 """
-    with tempfile.TemporaryDirectory() as tmp, namespaces(ns):
+    with tempfile.TemporaryDirectory() as tmp, namespaces(ns), run_directory() as run:
         _host_links(ns, snap.host)
         full = Path(tmp, "full.json")
         full.write_text(bundle(a.content_hash, ("replace", a.nft), ("replace", a.tc)))
@@ -169,7 +197,7 @@ print(s.getvalue())
             )
         )
         done = subprocess.run(
-            [sys.executable, "-I", "-c", code, str(Path(tmp, "state")), str(full), str(inc)],
+            [sys.executable, "-I", "-c", code, str(Path(tmp, "state")), str(full), str(inc), run],
             capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
         if done.returncode:
@@ -181,7 +209,8 @@ print(s.getvalue())
 def main() -> None:
     sizes = [int(a) for a in sys.argv[1:]] or [50, 20_000]
     results = [one_size(n) for n in sizes]
-    print(json.dumps({"loadavg": os.getloadavg(), "sizes": results}))  # noqa: T201
+    run_on = tmpfs_directory() or "the disk (no tmpfs found)"
+    print(json.dumps({"loadavg": os.getloadavg(), "run_dir": run_on, "sizes": results}))  # noqa: T201
 
 
 if __name__ == "__main__":

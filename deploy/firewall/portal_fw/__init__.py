@@ -10,7 +10,8 @@ the package, along the path of one push:
     bundle.py     the bundle (apply-bundle's input) and the host's declared file artefacts
     scope.py      nft text may only touch the portal's tables; element-only increments
     apply.py      apply-bundle, confirm, rollback: check -> rollback point -> timer -> apply
-    nft.py        nft: the check and the load of one transaction; nft.current
+    nft.py        nft: the check and the load of one transaction; nft.current + its journal
+    elements.py   an element-only increment as one netlink batch (no nft process)
     tc.py         tc: the static check (tc has no dry run), apply, the canonical device text
     rollback.py   the one rollback point (nft + tc + files + state) and the confirm timer
     digest.py     the content digest of what runs (drift), full or moved by element events

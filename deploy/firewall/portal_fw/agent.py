@@ -120,6 +120,7 @@ class Agent:
                 continue
             if line.strip():
                 write(stdout, self.request(line))
+                self.host.run_later()
 
 
 def write(stdout: IO[bytes], answer: JSON) -> None:
@@ -166,6 +167,8 @@ def one_shot(agent: Agent, words: list[str]) -> int:
     else:
         answer = agent.answer(verb, args, given)
     sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    agent.host.run_later()
     if not answer["ok"]:
         detail = f"{answer['detail']}\n" if answer.get("detail") else ""
         sys.stderr.write(f"portal-fw: {answer['message']}\n{detail}")
@@ -182,6 +185,7 @@ def options(argv: list[str] | None) -> argparse.Namespace:
     top.add_argument("--artefacts", type=Path, help="JSON: the declared file artefacts")
     top.add_argument("--ha-run-dir", type=Path, default=Path("/run/portal-ha"))
     top.add_argument("--digest-source", choices=DIGEST_SOURCES, default="auto")
+    top.add_argument("--run-dir", type=Path, help="what describes the rule set (a tmpfs)")
     # Accepted from forced commands written for the helper before the agent; no effect.
     top.add_argument("--meta-table", help=argparse.SUPPRESS)
     top.add_argument("--version-set", help=argparse.SUPPRESS)
@@ -195,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PATH"] = SAFE_PATH
     os.umask(0o077)
     cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if cfg.run_dir:
+        cfg.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     host = Host(
         cfg.state_dir.resolve(),
         cfg.host_name,
@@ -202,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg.artefacts.resolve() if cfg.artefacts else None,
         cfg.ha_run_dir,
         cfg.digest_source,
+        cfg.run_dir.resolve() if cfg.run_dir else None,
     )
     if cfg.internal_rollback_timer:
         if "SSH_ORIGINAL_COMMAND" in os.environ:

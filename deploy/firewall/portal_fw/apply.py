@@ -13,7 +13,7 @@ import datetime as dt
 import os
 import secrets
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from . import digest, health, nft, probes, rollback, tc
 from .bundle import RESERVED_ARTEFACTS, parse_bundle
@@ -70,11 +70,16 @@ def check_file(host: Host, name: str, text: str) -> None:
         )
 
 
-def load_nft(host: Host, spec: JSON) -> None:
-    result = nft.load(host, spec["text"], replace=spec["mode"] == "replace")
+def load_nft(host: Host, spec: JSON) -> str:
+    """Load the nft artefact; answers how ("netlink": one batch, "nft": the nft tool)."""
+    if spec["mode"] == "replace":
+        result, how = nft.load(host, spec["text"], replace=True), "nft"
+    else:
+        result, how = nft.load_increment(host, spec["text"])
     if result.returncode != 0:
         raise failed("nft rejected the rule set at apply", result.stderr.strip()[-4000:],
-                     artefact="nft")  # fmt: skip
+                     artefact="nft", via=how)  # fmt: skip
+    return how
 
 
 def apply_artefacts(host: Host, artefacts: JSON, *, nft_done: bool = False) -> None:
@@ -107,6 +112,7 @@ class Armed:
     def __init__(self, host: Host, version: str, confirm_within: int, devices: set[str]) -> None:
         started = time.monotonic()
         self.host = host
+        self.old_point = rollback.current_point(host)
         self.old_pending = host.read_json(host.pending_file)
         if self.old_pending:
             # Still unconfirmed: keep the rollback point of the last confirmed state.
@@ -126,12 +132,15 @@ class Armed:
             "version": version,
         }
         host.write_json(host.pending_file, self.pending)
+        # The timer's pid reaches pending.json with the answer (restart_window); a timer whose
+        # token is gone from pending.json ends by itself within half a second.
         self.pending["timer_pid"] = host.arm_timer(self.pending["token"])
-        host.write_json(host.pending_file, self.pending)
 
     def take_back(self) -> None:
-        """Nothing was applied: the host is as it was, so is its confirm state."""
+        """Nothing was applied: the host is as it was, so are its rollback point (the new one
+        goes after the answer) and its confirm state."""
         self.host.kill_timer(self.pending)
+        rollback.switch_point(self.host, self.old_point)
         if self.old_pending:
             self.old_pending["timer_pid"] = self.host.arm_timer(self.old_pending["token"])
             self.host.write_json(self.host.pending_file, self.old_pending)
@@ -173,24 +182,18 @@ def apply_bundle(host: Host, args: JSON) -> JSON:
         check_seconds = round(time.monotonic() - started, 3)
         previous = host.state()
         armed = Armed(host, version, int(args["confirm_within"]), devices)
+        # The host's listener (kept open: see Host.netlink), emptied just before the load.
         events = digest.open_element_events(host, artefacts, previous.get("digest"))
         started = time.monotonic()
-        try:
-            applied = apply_steps(host, artefacts, armed, devices)
-        except BaseException:
-            if events is not None:
-                events.close()
-            raise
+        applied = apply_steps(host, artefacts, armed, devices)
         apply_seconds = round(time.monotonic() - started, 3)
-        try:
-            read = digest.incremental_digest(host, artefacts, previous.get("digest"), events)
-        finally:
-            if events is not None:
-                events.close()
+        read = digest.incremental_digest(host, artefacts, previous.get("digest"), events)
+        if events is not None:  # what a later commit queues is not kept waiting in the kernel
+            host.later.append(events.drain)
         read = read or digest.digest_or_error(host)
         host.write_json(host.state_file, {"version": version, "bundle": True, "modes": modes,
                         "applied_at": now_iso(), "confirmed": False,
-                        "digest": digest.recorded_digest(read)}, durable=True)  # fmt: skip
+                        "digest": digest.recorded_digest(read)}, compact=True)  # fmt: skip
         sampled = None if sample_ms is None else health.collect(host, sample_ms, digest=read, ha=ha)
         deadline = armed.restart_window()
     host.log({"event": "bundle-applied", "version": version, "modes": modes,
@@ -202,6 +205,7 @@ def apply_bundle(host: Host, args: JSON) -> JSON:
         "check_seconds": check_seconds,
         "rollback_point": armed.point,
         "apply_seconds": apply_seconds,
+        "applied_by": applied,
         "confirm_deadline": deadline,
         "confirm_within": int(args["confirm_within"]),
     }
@@ -211,12 +215,16 @@ def apply_bundle(host: Host, args: JSON) -> JSON:
 
 
 def apply_steps(host: Host, artefacts: JSON, armed: Armed, devices: set[str]) -> str:
-    """Apply under the armed point; returns how ("element-increment" or "steps")."""
+    """Apply under the armed point; returns how ("element-increment" with "netlink" or "nft",
+    or "steps")."""
     nft_done = False
+    how = ""
     if is_element_increment(artefacts):
         try:
-            load_nft(host, artefacts["nft"])
+            how = load_nft(host, artefacts["nft"])
         except HelperError as exc:
+            if exc.extra.get("unknown"):  # not known whether the kernel took it: restore
+                return failed_apply(host, exc, armed, devices)
             armed.take_back()
             host.log({"event": "increment-refused", "version": armed.pending["version"],
                       "detail": exc.detail})  # fmt: skip
@@ -227,14 +235,19 @@ def apply_steps(host: Host, artefacts: JSON, armed: Armed, devices: set[str]) ->
     try:
         apply_artefacts(host, artefacts, nft_done=nft_done)
     except HelperError as exc:
-        host.kill_timer(armed.pending)
-        exc.phase = "apply"
-        restore_after_failure(host, exc, devices)
-        host.pending_file.unlink(missing_ok=True)
-        host.log({"event": "bundle-apply-failed", "version": armed.pending["version"],
-                  "artefact": exc.extra.get("artefact"), "detail": exc.detail, **exc.extra})  # fmt: skip
-        raise
-    return "element-increment" if nft_done else "steps"
+        return failed_apply(host, exc, armed, devices)
+    return f"element-increment ({how})" if nft_done else "steps"
+
+
+def failed_apply(host: Host, exc: HelperError, armed: Armed, devices: set[str]) -> NoReturn:
+    """A step failed half way: restore the whole point, disarm the timer, raise."""
+    host.kill_timer(armed.pending)
+    exc.phase = "apply"
+    restore_after_failure(host, exc, devices)
+    host.pending_file.unlink(missing_ok=True)
+    host.log({"event": "bundle-apply-failed", "version": armed.pending["version"],
+              "artefact": exc.extra.get("artefact"), "detail": exc.detail, **exc.extra})  # fmt: skip
+    raise exc
 
 
 def restore_after_failure(host: Host, exc: HelperError, devices: set[str]) -> None:
@@ -264,7 +277,7 @@ def confirm(host: Host, args: JSON) -> JSON:
         host.kill_timer(pending)
         host.pending_file.unlink()
         state.update(confirmed=True, confirmed_at=now_iso(), last_event=None)
-        host.write_json(host.state_file, state, durable=True)
+        host.write_json(host.state_file, state, compact=True)
     host.log({"event": "confirmed", "version": state.get("version")})
     return {"version": state.get("version"), "confirmed": True}
 

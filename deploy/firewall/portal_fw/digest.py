@@ -330,8 +330,9 @@ def open_element_events(host: Host, artefacts: JSON, previous: JSON | None) -> E
     if found is None or found[1] or not found[0]:
         return None
     try:
-        return ElementEvents()
+        return host.element_events()
     except OSError:
+        host.drop_netlink()
         return None
 
 

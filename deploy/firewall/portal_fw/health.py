@@ -16,6 +16,7 @@ from . import kea, nft, offload
 from .common import JSON, failed, now_iso, output, refused
 from .digest import public_digest
 from .host import Host
+from .netlink import DumpInterrupted, NetlinkError
 from .unbound import resolver_figures
 
 
@@ -84,10 +85,24 @@ QUOTA_HIT_SETS = ("quota_hit4", "quota_hit6")
 
 def read_quota_hits(host: Host, limit: int = 50) -> list[JSON]:
     """Who hit a conntrack quota in the last hour (the rule set's dynamic quota_hit sets): the
-    member's public IPv4 or /64 and the packets dropped, most first."""
+    member's public IPv4 or /64 and the packets dropped, most first. Over the agent's netlink
+    socket (no nft process; `nft -j` when netlink fails or --digest-source nft)."""
+    from .traffic import read_counted_netlink
+
     hits: list[tuple[int, str]] = []
-    for name in QUOTA_HIT_SETS:
-        counted = nft.counted_elements(host, name, timeout=20) or {}
+    counted_sets: dict[str, dict[str, tuple[int, int]]] | None = None
+    if host.digest_source != "nft":
+        try:
+            read = read_counted_netlink(host.netlink(), f"{host.prefix}fw", QUOTA_HIT_SETS)
+            counted_sets = {
+                name: {k: (v[0], v[1]) for k, v in c.items()} for name, c in read.items()
+            }
+        except (NetlinkError, DumpInterrupted, OSError, ValueError):
+            host.drop_netlink()
+    if counted_sets is None:
+        counted_sets = {name: nft.counted_elements(host, name, timeout=20) or {}
+                        for name in QUOTA_HIT_SETS}  # fmt: skip
+    for counted in counted_sets.values():
         hits += [(packets, key) for key, (packets, _) in counted.items()]
     hits.sort(key=lambda hit: (-hit[0], hit[1]))
     return [{"address": key, "packets": packets} for packets, key in hits[:limit]]

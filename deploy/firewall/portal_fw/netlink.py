@@ -266,9 +266,22 @@ class ElementEvents:
     def close(self) -> None:
         self.nl.close()
 
+    def drain(self) -> None:
+        """Drop every notification queued so far (and a lost-events error): what `collect`
+        reads next comes after this call."""
+        sock, buffer = self.nl.sock, self.nl.buffer
+        sock.setblocking(False)
+        while True:
+            try:
+                sock.recv_into(buffer, 0)
+            except BlockingIOError:
+                return
+            except OSError:  # ENOBUFS: reported once, then the queue reads on
+                continue
+
     def collect(self) -> dict[tuple[str, str, str], list[int]] | None:
         """{(family, table, set): [sum delta, count delta]} of what was committed since the
-        socket was opened; None when anything else changed, a notification was lost (ENOBUFS)
+        socket was opened or drained; None when anything else changed, a notification was lost (ENOBUFS)
         or no commit was seen (then the caller dumps)."""
         sock, buffer = self.nl.sock, self.nl.buffer
         sock.setblocking(False)

@@ -1,10 +1,11 @@
 """The one rollback point (nft + tc + declared files + state) and the confirm timer.
 
-state_dir/rollback.d is a symlink to state_dir/rp-<token>/ (swapped atomically with rename):
+run_dir/rollback.d is a symlink to run_dir/rp-<token>/ (swapped atomically with rename):
 
-    meta.json   {"format": 1, "created_at", "nft_source", "tc": {"current": bool, "devices":
+    meta.json   {"format": 1, "created_at", "nft_source", "nft_journal_bytes", "tc": {"current": bool, "devices":
                 [...], "canon": {dev: text}}, "files": {name: {"present": bool}}, "state": {...}}
     nft.nft     the text that built the portal tables (a hard link to nft.current), or a dump
+    nft.journal a hard link to nft.journal; its first `nft_journal_bytes` (meta) belong here
     tc.current  the tc batch that built the shaping then (absent: no portal shaping)
     files/NAME  each declared file's bytes (absent when the file was absent)
 
@@ -47,14 +48,20 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int) -> None:
 def capture(host: Host, devices: Iterable[str]) -> JSON:
     """Save the current state of everything the helper manages as the rollback point."""
     started = time.monotonic()
-    work = host.state_dir / f"rp-{secrets.token_hex(8)}"
+    work = host.run_dir / f"rp-{secrets.token_hex(8)}"
     work.mkdir(mode=0o700)
     nft_started = time.monotonic()
-    if host.nft_current_valid():
-        # The text that built the portal tables (last replace + the increments after it):
-        # a file instead of reading back every element (38 s for 800k elements). A hard link:
-        # nft.current is only ever replaced (write, rename), never changed in place.
+    record = host.nft_record()
+    journal_bytes = 0
+    if record is not None:
+        # The text that built the portal tables (the last full load + the journal of the
+        # increments after it): files instead of reading back every element (38 s for 800k
+        # elements). Hard links: nft.current is only ever replaced, never changed in place;
+        # the journal only grows past the length recorded here (or is replaced).
         link_or_copy(host.nft_current, work / "nft.nft")
+        journal_bytes = record[1]
+        if journal_bytes:
+            link_or_copy(host.nft_journal, work / "nft.journal")
         nft_source = "nft.current"
     else:
         (work / "nft.nft").write_text(nft.dump_portal_tables(host), encoding="utf-8")
@@ -79,6 +86,7 @@ def capture(host: Host, devices: Iterable[str]) -> JSON:
         "format": 1,
         "created_at": now_iso(),
         "nft_source": nft_source,
+        "nft_journal_bytes": journal_bytes,
         "tc": {
             "current": tc_present,
             "devices": touched,
@@ -88,16 +96,28 @@ def capture(host: Host, devices: Iterable[str]) -> JSON:
         "state": host.state(),
     }
     (work / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    link = host.state_dir / "rollback.d.new"
-    link.unlink(missing_ok=True)
-    os.symlink(work.name, link)
-    os.replace(link, host.rollback_dir)  # the atomic switch
-    drop_stale_rollback_dirs(host)
+    switch_point(host, work.name)
+    host.later.append(lambda: drop_stale_rollback_dirs(host))  # after the answer
     return {
         "seconds": round(time.monotonic() - started, 3),
         "nft_seconds": round(nft_seconds, 3),
         "nft_source": nft_source,
     }
+
+
+def current_point(host: Host) -> str | None:
+    return os.readlink(host.rollback_dir) if host.rollback_dir.is_symlink() else None
+
+
+def switch_point(host: Host, name: str | None) -> None:
+    """rollback.d := rp-NAME by one rename (None: no point)."""
+    if name is None:
+        host.rollback_dir.unlink(missing_ok=True)
+        return
+    link = host.run_dir / "rollback.d.new"
+    link.unlink(missing_ok=True)
+    os.symlink(name, link)
+    os.replace(link, host.rollback_dir)  # the atomic switch
 
 
 def link_or_copy(source: Path, target: Path) -> None:
@@ -110,7 +130,7 @@ def link_or_copy(source: Path, target: Path) -> None:
 
 def drop_stale_rollback_dirs(host: Host) -> None:
     keep = os.readlink(host.rollback_dir) if host.rollback_dir.is_symlink() else None
-    for path in host.state_dir.glob("rp-*"):
+    for path in host.run_dir.glob("rp-*"):
         if path.name != keep:
             remove_tree(path)
 
@@ -162,9 +182,8 @@ def restore(host: Host, reason: str, extra_devices: Iterable[str] = ()) -> JSON:
         host.write_file(host.tc_current, saved_tc)
     else:
         host.tc_current.unlink(missing_ok=True)
-    try:
-        nft.restore(host, point / "nft.nft")
-        host.set_nft_current(point / "nft.nft")  # a dump is a complete text as well
+    try:  # a dump is a complete text as well
+        nft.restore(host, point, int(meta.get("nft_journal_bytes", 0)))
     except HelperError as exc:
         errors.append(f"nft: {exc.detail or exc.message}")
         host.set_nft_current(None)

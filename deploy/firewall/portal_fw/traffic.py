@@ -159,25 +159,30 @@ def acct_elements(elements: bytes) -> dict[str, list[int]]:
 
 
 def read_acct_netlink(host: Host) -> dict[str, dict[str, list[int]]]:
-    out: dict[str, dict[str, list[int]]] = {}
-    table = f"{host.prefix}fw"
     with NftNetlink() as nl:
-        present = {
-            nla_text(dict(attrs).get(NFTA_SET_NAME))
-            for attrs in netlink_sets(nl, RawTable(NFPROTO["inet"], table, []))
-        }
-        for name in ACCT_SETS:
-            if name not in present:
-                continue
-            request = nla_str(NFTA_SET_ELEM_LIST_TABLE, table) + nla_str(
-                NFTA_SET_ELEM_LIST_SET, name
-            )
-            counters: dict[str, list[int]] = {}
-            for _family, payload in nl.request(NFT_MSG_GETSETELEM, NFPROTO["inet"], request):
-                elements = nla_first(payload, NFTA_SET_ELEM_LIST_ELEMENTS)
-                if elements is not None:
-                    counters.update(acct_elements(elements))
-            out[name] = counters
+        return read_counted_netlink(nl, f"{host.prefix}fw", ACCT_SETS)
+
+
+def read_counted_netlink(
+    nl: NftNetlink, table: str, names: tuple[str, ...]
+) -> dict[str, dict[str, list[int]]]:
+    """{set: {address: [packets, bytes]}} of counted address sets of `inet table` (sets the
+    table lacks are left out)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    present = {
+        nla_text(dict(attrs).get(NFTA_SET_NAME))
+        for attrs in netlink_sets(nl, RawTable(NFPROTO["inet"], table, []))
+    }
+    for name in names:
+        if name not in present:
+            continue
+        request = nla_str(NFTA_SET_ELEM_LIST_TABLE, table) + nla_str(NFTA_SET_ELEM_LIST_SET, name)
+        counters: dict[str, list[int]] = {}
+        for _family, payload in nl.request(NFT_MSG_GETSETELEM, NFPROTO["inet"], request):
+            elements = nla_first(payload, NFTA_SET_ELEM_LIST_ELEMENTS)
+            if elements is not None:
+                counters.update(acct_elements(elements))
+        out[name] = counters
     return out
 
 

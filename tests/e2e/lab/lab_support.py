@@ -163,7 +163,8 @@ def reset_host(host: str) -> None:
     for dev in ("dorm0", "inet0"):  # shaping left by an earlier push (fails when there is none)
         in_ns(host, "tc", "qdisc", "del", "dev", dev, "root")
     state = LAB_VAR / host / "fw"
-    for name in ("pending.json", "state.json", "nft.current", "nft.current.json", "tc.current"):
+    for name in ("pending.json", "state.json", "nft.current", "nft.current.json", "nft.journal",
+                 "tc.current"):  # fmt: skip
         (state / name).unlink(missing_ok=True)  # pending gone: an armed timer exits by itself
     if (state / "rollback.d").is_symlink():
         (state / "rollback.d").unlink()

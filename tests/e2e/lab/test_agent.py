@@ -11,7 +11,7 @@ import signal
 import subprocess
 
 import pytest
-from lab_support import fw, lab_sh, portal_tables_text, ssh_argv, wait_for
+from lab_support import LAB_VAR, fw, in_ns, lab_sh, portal_tables_text, ssh_argv, wait_for
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost
@@ -176,3 +176,43 @@ def test_pooled_pushes_keep_one_agent_per_connection(hosts):
     assert all(o.ok for o in ruleset_rollout(versions=second))
     assert POOL.agents_started == started  # no new agent: the same processes answered
     assert {key: agent.hello["pid"] for key, agent in POOL.agents.items()} == pids
+
+
+def test_a_refused_increment_is_reported_and_the_portal_sends_the_full_bundle(hosts, request):
+    from apps.firewall.compiled import increment_for
+    from apps.firewall.memo import PUSH_MEMO
+    from tests.e2e.lab.push_support import compiled_for
+
+    # The worker's memory of what it compiled (it sends an increment only from there).
+    for host in hosts:
+        for port in (8080, 9090):
+            compiled = compiled_for(host.name, port)
+            PUSH_MEMO.compiled_remember(host.pk, compiled.content_hash, compiled, None)
+    request.addfinalizer(PUSH_MEMO.clear)
+    good = [version(h) for h in hosts]
+    assert all(o.ok for o in ruleset_rollout(versions=good))
+    nat1 = FirewallHost.objects.get(name="pl-nat1")
+    newer = {h.name: version(h, port=9090) for h in FirewallHost.objects.all()}
+    increment = increment_for(host=nat1, version=newer["pl-nat1"])
+    assert increment is not None
+    # A hand change on pl-nat1 takes away the element the increment deletes: the kernel
+    # refuses the increment's batch as a whole.
+    gone = next(line for line in increment.nft.splitlines() if line.startswith("delete element"))
+    family, table, name, element = gone.split(" ", 5)[2:]
+    assert (
+        in_ns("pl-nat1", "nft", "delete", "element", family, table, name, element).returncode == 0
+    )
+    log = LAB_VAR / "pl-nat1" / "fw" / "log.jsonl"
+    seen = log.stat().st_size
+    outcomes = ruleset_rollout(versions=list(newer.values()))
+    assert all(o.ok for o in outcomes), outcomes
+    events = [json.loads(line) for line in log.read_text()[seen:].splitlines()]
+    refused = next(e for e in events if e["event"] == "increment-refused")
+    assert "No such file or directory" in refused["detail"]
+    applied = [e for e in events if e["event"] == "bundle-applied"]
+    assert [e["modes"]["nft"] for e in applied] == ["replace"]  # the full bundle, once
+    assert " . 9090 " in portal_tables_text("pl-nat1")  # the new forward, by the full bundle
+    for host in ("pl-nat1", "pl-nat2"):
+        state = fw(host, "version").data
+        assert state["version"] == newer[host].content_hash
+        assert state["pending_confirm"] is None

@@ -662,3 +662,99 @@ def test_the_nft_fallback_is_reported_as_its_source(baseline: Host):
     netlink = host.fw("digest").data["digest"]
     assert netlink["source"] == "netlink"
     assert set(digest["parts"]) == set(netlink["parts"])  # same part names, other hashes
+
+
+# ---- element-only increments: one netlink batch, refused whole --------------------------------
+
+TYPED = (
+    "table inet portal_fw {\n"
+    "\tmap fwd_tcp { type ipv4_addr . inet_service : ipv4_addr . inet_service; size 1024;"
+    " elements = { 198.18.0.1 . 80 : 10.0.1.1 . 80 } }\n"
+    "\tmap shape4 { type ipv4_addr : classid; size 1024; elements = { 10.0.1.1 : 1:10 } }\n"
+    "\tmap shape6 { type ipv6_addr : classid; size 1024; }\n"
+    "\tset open6_ports { type ipv6_addr . inet_proto . inet_service; size 1024; }\n"
+    "\tset acct4_in { type ipv4_addr; size 1024; counter; elements = { 10.0.1.1 } }\n"
+    "\tset mgmt4 { type ipv4_addr; flags interval; elements = { 10.255.0.0/24 } }\n"
+    "}\n"
+)
+TYPED_INCREMENT = (
+    "# portal increment for host t: a -> b\n"
+    "delete element inet portal_fw fwd_tcp { 198.18.0.1 . 80 }\n"
+    "add element inet portal_fw fwd_tcp { 198.18.0.1 . 8088 : 10.0.1.1 . 80, "
+    "198.18.0.2 . 22 : 10.0.1.2 . 2222 }\n"
+    "add element inet portal_fw shape4 { 10.0.1.2 : 1:2a, 10.0.1.3 : ffff:1 }\n"
+    "add element inet portal_fw shape6 { 2001:db8:100:1:: : 1:10 }\n"
+    "add element inet portal_fw open6_ports { 2001:db8:100:1::1 . tcp . 22, "
+    "2001:db8:100:1::1 . udp . 53, 2001:db8:100:1::2 . 132 . 9 }\n"
+    "add element inet portal_fw acct4_in { 10.0.1.2, 10.0.1.3 }\n"
+    "delete element inet portal_fw acct4_in { 10.0.1.1 }\n"
+)
+
+
+def test_an_element_increment_is_one_netlink_batch_that_builds_what_nft_builds(host: Host):
+    assert host.bundle(nft=nft("replace", TYPED)).rc == 0
+    answer = host.bundle(nft=_inc(TYPED_INCREMENT))
+    assert answer.rc == 0, answer
+    assert answer.data["applied_by"] == "element-increment (netlink)"  # no nft process
+    assert answer.data["digest"]["mode"] == "incremental"
+    by_batch = host.nft_text()
+    # The same text and increment loaded by nft itself: the same elements, byte for byte as
+    # nft lists them (a classid in the wrong byte order or a port unpadded would show here).
+    host.ns_run("nft", "delete", "table", "inet", "portal_fw")
+    host.ns_run("nft", "-f", "-", input=TYPED)
+    host.ns_run("nft", "-f", "-", input=TYPED_INCREMENT)
+    assert by_batch == host.nft_text()
+    assert "10.0.1.3 : ffff:1" in by_batch
+    assert "2001:db8:100:1::2 . sctp . 9" in by_batch
+    # What does not fit the batch (an interval set) goes to nft, in the same way.
+    other = host.bundle(nft=_inc("add element inet portal_fw mgmt4 { 10.254.0.0/24 }\n"))
+    assert other.rc == 0, other
+    assert other.data["applied_by"] == "element-increment (nft)"
+    # The journal holds both increments; a rollback restores the point (base + its journal).
+    assert (host.state / "nft.journal").read_text().endswith("{ 10.254.0.0/24 }\n")
+    assert host.fw("rollback").rc == 0
+    assert "10.254.0.0/24" not in host.nft_text()
+
+
+def _untouched(host: Host) -> tuple:
+    state = host.state
+    return (
+        host.snapshot(),
+        host.fw("digest").data["digest"]["total"],
+        os.readlink(state / "rollback.d"),
+        (state / "rollback.d" / "meta.json").read_text(),
+        (state / "state.json").read_text(),
+        (state / "nft.current.json").read_text(),
+        (state / "nft.journal").read_bytes(),
+        (state / "pending.json").exists(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("increment", "via", "said"),
+    [
+        # the add is in the same batch as the refused delete: nothing of it stays
+        ("add element inet portal_fw blocked { 10.9.0.7 }\n"
+         "delete element inet portal_fw blocked { 10.9.0.99 }\n", "netlink",
+         "line 2: delete element inet portal_fw blocked: No such file or directory"),
+        ("add element inet portal_fw dev4 { 10.0.0.1 : 10.1.0.9 }\n", "netlink", "exists"),
+        ("add element inet portal_fw blocked { 10.9.0.8 }\n"
+         "add element inet portal_fw nosuch { 10.9.0.9 }\n", "nft", "nosuch"),
+    ],
+)  # fmt: skip
+def test_a_refused_element_increment_leaves_the_host_exactly_as_it_was(
+    baseline: Host, increment, via, said
+):
+    host = baseline
+    increment_first = host.bundle(nft=_inc("add element inet portal_fw blocked { 10.9.0.5 }\n"))
+    assert increment_first.rc == 0
+    assert host.fw("confirm").rc == 0
+    before = _untouched(host)
+    answer = host.bundle(nft=_inc(increment))
+    assert answer.rc == 1, answer
+    assert (answer.data["phase"], answer.data["increment_refused"]) == ("check", True)
+    assert answer.data["via"] == via
+    assert said in answer.data["detail"]
+    assert _untouched(host) == before  # rule set, digest, point, state, record, no timer
+    assert "10.9.0.7" not in host.nft_text()
+    assert "10.9.0.8" not in host.nft_text()

@@ -50,17 +50,68 @@ def test_a_point_holds_nft_files_and_state_and_is_switched_by_one_link(host):
     first = os.readlink(point)
     rollback.capture(host, devices=[])
     assert os.readlink(point) != first
-    assert [p.name for p in host.state_dir.glob("rp-*")] == [os.readlink(point)]  # old one gone
+    assert len(list(host.run_dir.glob("rp-*"))) == 2  # the old one goes after the answer
+    host.run_later()
+    assert [p.name for p in host.run_dir.glob("rp-*")] == [os.readlink(point)]
 
 
 def test_nft_current_is_only_trusted_when_complete(host):
-    assert host.nft_current_valid()
+    assert host.nft_record() == (len("table inet portal_fw {\n}\n"), 0)
     with open(host.nft_current, "a") as fh:
         fh.write("# torn\n")
     assert not host.nft_current_valid()
-    host.set_nft_current(host.nft_current, append="add element inet portal_fw s { 1.2.3.4 }")
-    assert host.nft_current_valid()
-    assert host.nft_current.read_text().endswith("add element inet portal_fw s { 1.2.3.4 }\n")
+
+
+INC1 = "add element inet portal_fw s { 1.2.3.4 }\n"
+INC2 = "delete element inet portal_fw s { 1.2.3.4 }\n"
+
+
+def test_an_increment_is_appended_to_the_journal_and_a_point_keeps_its_own_length(host):
+    base = host.nft_current.stat().st_size
+    host.journal_end(host.journal_begin(INC1), loaded=True)
+    assert host.nft_record() == (base, len(INC1))
+    rollback.capture(host, devices=[])
+    point = host.rollback_dir
+    meta = json.loads((point / "meta.json").read_text())
+    assert meta["nft_journal_bytes"] == len(INC1)
+    host.journal_end(host.journal_begin(INC2), loaded=True)  # after the point: not its part
+    assert host.nft_journal.read_text() == INC1 + INC2
+    assert (point / "nft.journal").read_bytes()[: meta["nft_journal_bytes"]] == INC1.encode()
+    assert host.nft_current.stat().st_size == base  # the base is not rewritten per change
+
+
+def test_a_refused_increment_leaves_the_record_and_a_death_in_between_makes_it_unknown(host):
+    record = host.nft_record()
+    host.journal_end(host.journal_begin(INC1), loaded=False)  # refused by the kernel
+    assert host.nft_record() == record
+    assert host.nft_journal.read_text() == ""
+    host.journal_begin(INC1)  # the agent dies before the answer of the load is recorded
+    assert host.nft_record() is None  # the next point is a dump, not a guess
+    assert host.journal_begin(INC2) is None  # and nothing is appended to an unknown text
+
+
+def test_a_long_journal_is_folded_into_the_base_after_the_answer(host, monkeypatch):
+    from portal_fw import host as host_module
+
+    monkeypatch.setattr(host_module, "JOURNAL_COMPACT_BYTES", 10)
+    text = host.nft_current.read_text()
+    host.journal_end(host.journal_begin(INC1), loaded=True)
+    rollback.capture(host, devices=[])
+    old_journal = host.nft_journal.stat().st_ino
+    host.compact_nft_journal()
+    assert host.nft_current.read_text() == text + INC1
+    assert host.nft_record() == (len(text + INC1), 0)
+    # The point still holds the text it recorded: its links are to the old files.
+    point = host.rollback_dir
+    assert (point / "nft.nft").read_text() == text
+    assert os.stat(point / "nft.journal").st_ino == old_journal
+
+
+def test_volatile_files_live_in_the_run_directory(tmp_path):
+    h = Host(tmp_path / "state", "t", run_dir=tmp_path / "run")
+    assert h.state_file.parent == h.pending_file.parent == h.nft_current.parent == tmp_path / "run"
+    assert h.log_file.parent == h.acct_file.parent == h.lock_file.parent == tmp_path / "state"
+    assert h.timer_argv("tok")[-3:-2] == [str(tmp_path / "run")]
 
 
 def test_rolling_back_without_a_point_is_a_conflict(tmp_path):

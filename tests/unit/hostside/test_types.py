@@ -36,3 +36,21 @@ def test_the_host_package_imports_only_the_standard_library_and_stays_small() ->
             for name in names:
                 top = name.split(".")[0]
                 assert top in sys.stdlib_module_names or top == "portal_fw", (module.name, name)
+
+
+def test_make_lint_covers_the_entry_points_without_a_py_name() -> None:
+    """ruff (make lint: check and format) includes every script without a .py suffix."""
+    import shutil
+
+    ruff = Path(sys.executable).with_name("ruff")
+    if not ruff.exists() and shutil.which("ruff") is None:
+        pytest.skip("ruff is not installed")
+    root = Path(__file__).resolve().parents[3]
+    listed = subprocess.run(
+        [str(ruff if ruff.exists() else "ruff"), "check", "--show-files", "."],
+        cwd=root, capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    scripts = ["deploy/firewall/portal-fw", "deploy/firewall/portal-ha", "deploy/firewall/portal-ra",
+               "deploy/firewall/kea-ctl", "deploy/probe/portal-probe"]  # fmt: skip
+    for script in scripts:
+        assert str(root / script) in listed, script
