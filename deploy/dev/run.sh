@@ -25,6 +25,7 @@ if [[ -x deploy/lab/lab.sh ]]; then
   if [[ $(id -u) -eq 0 ]]; then
     if bash deploy/lab/lab.sh up; then
       .venv/bin/python manage.py lab_register --no-devices
+      .venv/bin/python manage.py lab_resolver
       .venv/bin/python manage.py firewall_push --now --cause "make run"
       # Demo devices lease their reserved addresses from Kea like real ones (lab.sh client MAC);
       # unregistered ones reach the portal at http://203.0.113.80/ (the walled garden).
