@@ -228,6 +228,17 @@ def test_the_backup_gets_a_bundle_first_and_its_refusal_never_reaches_the_primar
     try:
         for host in FirewallHost.objects.all():
             host_health_collect(host=host)
+        # The Firewalls page tells an operator's move from a link down (issue 25): the host
+        # reports its priority files, and the FAULT it chose is called a priority failover.
+        faults = [
+            str(w.message)
+            for s in firewall_host_states()
+            if s.host.name == "pl-nat2"
+            for w in s.warnings
+            if w.code == "vrrp-fault"
+        ]
+        assert faults, "pl-nat2 gave up its roles: a warning says so"
+        assert all("priority failover" in m and "link" not in m for m in faults), faults
         nat1 = FirewallHost.objects.get(name="pl-nat1")
         running = nat1.applied_checksum
         member_active()  # a change both hosts' bundles carry
