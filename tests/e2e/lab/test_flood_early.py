@@ -16,7 +16,9 @@ pytestmark = pytest.mark.lab
 
 DEVICE = "10.100.1.23"
 PUBLIC = "198.51.100.23"
-RESOLVER = "203.0.113.53"
+# A stand-in resolver of its own in pl-inet: 203.0.113.53 is the lab's authoritative server of
+# the test zone (lab.sh), which this test must neither shadow nor take away at its end.
+RESOLVER = "203.0.113.54"
 
 SYNS = """
 import random, socket, struct, sys
