@@ -88,10 +88,14 @@ def _device_name_found(query: str, limit: int) -> Found:
     devices = Device.objects.annotate(lname=Lower("name"))
     for word in words:
         devices = devices.filter(lname__contains=word)
-    rows = devices.order_by("lname", "pk").values_list("member_id", "name")
-    found = [
-        (pk, _("name of device {}").format(name)) for pk, name in rows[: limit * ROWS_PER_MEMBER]
-    ]
+    # No ORDER BY in SQL (as for MAC parts): a common name ("phone") matches a third of all
+    # devices, and sorting them all to keep the first rows took 34-44 ms at 100,000 members;
+    # the trigram bitmap stops at the rows wanted, which are put in order here.
+    rows = sorted(
+        devices.values_list("name", "pk", "member_id")[: limit * ROWS_PER_MEMBER],
+        key=lambda row: (row[0].lower(), row[1]),
+    )
+    found = [(pk, _("name of device {}").format(name)) for name, _pk, pk in rows]
     return _distinct_members(found, limit)
 
 

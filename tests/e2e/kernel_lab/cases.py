@@ -10,8 +10,13 @@ client 203.0.113.10.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from ipaddress import IPv4Address
+from pathlib import Path
 
+# The host package (deploy/firewall/portal_fw): pytest finds it through pyproject's pythonpath,
+# `make bench` (tests/bench/kernel_lab_bench.py) through this line.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "deploy" / "firewall"))
 from portal_fw import offload, probes
 from tests.e2e.kernel_lab.vm import Case
 from tests.e2e.ruleset.scenario import DORM_ADDRESSES, HOST, POLICY, lab_members
