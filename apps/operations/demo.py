@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from apps.core.mac import eui64_interface_id
 from apps.dhcp.models import DhcpSettings, RegistrationRange
+from apps.firewall.models import FirewallHost, Site
 from apps.members.choices import HOLDS_PUBLIC_IPV4, MemberStatus
 from apps.members.models import Building, Member, Room, RoomStay, StatusChange
 from apps.network.models import (
@@ -228,8 +229,6 @@ class NetworkSeeder:
         created disabled (documentation addresses, 192.0.2.0/24): nothing is pushed to them
         until an admin points them at real hosts. Idempotent; a site's buildings follow the
         current split."""
-        from apps.firewall.models import FirewallHost, Site
-
         ordered = [self.buildings[b] for b in sorted(self.buildings)]
         made = []
         for s in range(count):
