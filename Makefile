@@ -5,10 +5,11 @@ PY := .venv/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: help packages venv services services-stop messages setup run test bench lint lab lab-down clean-var
+.PHONY: help packages venv services services-stop messages setup run firewall-reload test bench lint lab lab-down clean-var
 
 help:
 	@echo "make run    - the portal with demo data, workers and the firewall lab at http://127.0.0.1:$(PORT)"
+	@echo "make firewall-reload - beside \`make run\`: restart the firewall worker without a gap (new code)"
 	@echo "make test   - the whole test suite (installs and starts what it needs)"
 	@echo "make bench  - benchmarks, written to docs/BENCHMARKS.md"
 	@echo "make lint   - ruff and the import contracts (lint-imports)"
@@ -36,6 +37,12 @@ setup: venv services messages
 
 run: setup
 	@bash deploy/dev/run.sh
+
+# The firewall worker of `make run` hands over to a new one (apps/infra/handover.py): the new
+# worker warms up while the old one serves, then the old one stops.
+firewall-reload:
+	@test -s var/run/firewall-worker.pid || { echo "No firewall worker of \`make run\` runs here."; exit 1; }
+	@kill -HUP $$(cat var/run/firewall-worker.pid) && echo "The firewall worker hands over to a new one."
 
 test: setup
 	@bash deploy/dev/test.sh

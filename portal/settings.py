@@ -309,6 +309,11 @@ PORTAL_FIREWALL_WARM_CONNECT = True
 # host, connect), at most this long: a change that came meanwhile waits for it instead of
 # compiling cold beside it (both then took ~8 s at 20,000 members on 2 cores).
 PORTAL_FIREWALL_WARM_WAIT = float(os.environ.get("PORTAL_FIREWALL_WARM_WAIT", "60"))
+# A member-only change (device, forward, opening, member row) takes the delta path: the worker
+# steps each host's delta base (workers/ruleset/delta.py) and pushes the increment; the full
+# compile runs at warm-up, on reconcile, after a refused or failed push and for anything else
+# (docs/ruleset.md, "Delta compile", "Wired into the site run").
+PORTAL_FIREWALL_DELTA = env_bool("PORTAL_FIREWALL_DELTA", default=True)
 # A site's lock expires this long after its holder died (the holder renews it every third).
 PORTAL_FIREWALL_LOCK_TTL = env_int("PORTAL_FIREWALL_LOCK_TTL", 20)
 PORTAL_FIREWALL_SYNC = env_bool("PORTAL_FIREWALL_SYNC", default=True)  # network changes -> push

@@ -111,7 +111,10 @@ class RedisSet:
 
     def start(self) -> None:
         self.primary_port, self.replica_port = free_port(), free_port()
-        common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        # No wait before a full sync: Redis 7 waits repl-diskless-sync-delay (5 s) for more
+        # replicas to arrive so that one transfer serves them all; this set has one replica.
+        common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                  "--repl-diskless-sync-delay", "0"]  # fmt: skip
         self._server("primary", "--port", str(self.primary_port), *common)
         self.relay = Relay(self.primary_port)
         self._server(

@@ -15,4 +15,5 @@ def dhcp_leases_collect() -> None:
     """One collection from every enabled DHCP host (see apps/dhcp/services.py)."""
     for outcome in services.leases_collect():
         log.info("dhcp.leases", host=outcome.host, ok=outcome.ok, leases=outcome.leases,
-                 written=outcome.written, skipped=outcome.skipped)  # fmt: skip
+                 written=outcome.written, skipped=outcome.skipped, full=outcome.full,
+                 gone=outcome.gone)  # fmt: skip

@@ -6,6 +6,7 @@ warm snapshot cache, and sites roll out in parallel threads, each under its own 
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
@@ -18,6 +19,7 @@ from django.db import connection
 from apps.firewall import compiled, order, pipeline, rollout
 from apps.firewall.models import FirewallHost, Site
 from apps.infra.celery import FIREWALL_QUEUE
+from apps.infra.handover import WARM_TIMEOUT, handover_active, handover_ready
 
 log = structlog.get_logger(__name__)
 
@@ -28,10 +30,20 @@ def snapshot_cache_warm() -> None:
     second, and the compile leaves the bundle each host runs in this process's compile cache,
     so the first change after a (re)start is sent as an increment like every later one. It
     also opens the SSH connections to the hosts (PORTAL_FIREWALL_WARM_CONNECT)."""
+    timings: dict[str, float] = {}
     try:
-        hosts = compiled.compiled_warm(connect=settings.PORTAL_FIREWALL_WARM_CONNECT)
-        if hosts:
-            log.info("firewall.snapshot_cache_warm", hosts=hosts)
+        hosts = compiled.compiled_warm(connect=settings.PORTAL_FIREWALL_WARM_CONNECT,
+                                       timings=timings)  # fmt: skip
+        # The warm-up leaves millions of long-lived objects (members, compiled bundles) in the
+        # collector's oldest generation without walking them (`gc_paused`). CPython's first
+        # full collection after that walks every one of them (1.2-1.9 s at 100,000 members)
+        # and lands on some change's run. One here, before the first task, also makes the
+        # collector count them as long-lived: the next full collection waits for a quarter as
+        # many new survivors.
+        started = time.monotonic()
+        gc.collect()
+        timings["gc"] = round(time.monotonic() - started, 3)
+        log.info("firewall.snapshot_cache_warm", hosts=hosts, seconds=timings)
     except Exception as exc:  # a warm-up must never stop a worker
         log.warning("firewall.snapshot_cache_warm_failed", error=str(exc))
     finally:
@@ -55,21 +67,41 @@ def _warm_when_serving_firewall(sender: object = None, **_kwargs: object) -> Non
     event loop fetches a message, so a change that arrives meanwhile waits in the queue for the
     warm caches and open connections instead of compiling cold beside the warm-up (two cold
     compiles sharing the interpreter took ~8 s at 20,000 members; the warm-up alone ~4 s, a
-    warm change ~1 s). Bounded by PORTAL_FIREWALL_WARM_WAIT; the warm-up goes on after it."""
+    warm change ~1 s). Bounded by PORTAL_FIREWALL_WARM_WAIT; the warm-up goes on after it.
+    Under the handover supervisor (apps/infra/handover.py, a reload) the old worker serves
+    meanwhile: this one waits for its whole warm-up, says it is warm, waits until the old one
+    has stopped, then catches up with what that one pushed (`compiled.delta_catch_up`)."""
     consumer = getattr(sender, "task_consumer", None)
     queues = {q.name for q in getattr(consumer, "queues", ())}
     if FIREWALL_QUEUE not in queues:
         return
     thread = _snapshot_cache_warm_start()
-    if thread is None:
-        return
     started = time.monotonic()
-    thread.join(timeout=settings.PORTAL_FIREWALL_WARM_WAIT)
-    log.info(
-        "firewall.warm_wait",
-        seconds=round(time.monotonic() - started, 3),
-        done=not thread.is_alive(),
-    )
+    if thread is not None:
+        # Under the handover supervisor the old worker serves meanwhile: wait for the whole
+        # warm-up (bounded by the supervisor's own timeout).
+        wait = WARM_TIMEOUT if handover_active() else settings.PORTAL_FIREWALL_WARM_WAIT
+        thread.join(timeout=wait)
+        log.info(
+            "firewall.warm_wait",
+            seconds=round(time.monotonic() - started, 3),
+            done=not thread.is_alive(),
+        )
+    if handover_ready():  # warm; the old worker has stopped when this returns
+        went = time.monotonic()
+        timings: dict[str, float] = {}
+        try:
+            hosts = compiled.delta_catch_up(timings=timings) if thread is not None else []
+            log.info("firewall.handover_catch_up", hosts=hosts, seconds=timings)
+        except Exception as exc:  # the next change compiles in full
+            log.warning("firewall.handover_catch_up_failed", error=str(exc))
+        finally:
+            connection.close()
+        log.info(
+            "firewall.handover_done",
+            seconds=round(time.monotonic() - started, 3),
+            after_go=round(time.monotonic() - went, 3),
+        )
 
 
 # A prefork worker that serves the firewall queue warms each pool process too.

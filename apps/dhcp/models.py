@@ -236,3 +236,31 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.address} {self.mac} ({self.host_name})"
+
+
+class LeaseCursor(models.Model):
+    """Where the last stored lease reading of a host ended in its Kea lease file (the helper's
+    cursor: file inode, byte position, a fingerprint of the bytes before it). The next reading
+    asks only for what Kea wrote after it; the host answers with every lease when the cursor no
+    longer fits its file (Kea's lease file cleanup started a new one). Written in the same
+    transaction as the leases it covers: a reading that was not stored is asked for again."""
+
+    host = models.OneToOneField(
+        "firewall.FirewallHost",
+        verbose_name=_("host"),
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="lease_cursor",
+    )
+    inode = models.BigIntegerField()
+    offset = models.BigIntegerField()
+    fingerprint = models.BigIntegerField()
+    full_at = models.DateTimeField(_("last full reading"), null=True)
+    read_at = models.DateTimeField(_("last reading"))
+
+    class Meta:
+        verbose_name = _("lease reading position")
+        verbose_name_plural = _("lease reading positions")
+
+    def __str__(self) -> str:
+        return f"{self.host_id}: {self.inode}@{self.offset}"

@@ -7,11 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from apps.firewall.compiled import CompileError
+from apps.firewall.compiled import CompileError, delta_forget, delta_render_pending, host_compile
 from apps.firewall.extensions import Roles, firewall_extensions
 from apps.firewall.models import FirewallHost, RuleSetVersion
+from apps.firewall.pipeline import firewall_change_request
 from apps.firewall.push import PushOutcome, ruleset_push
+from apps.firewall.snapshot import snapshot_data_read
 from apps.firewall.transport import FirewallSession, pooled_session_for
+from workers.ruleset import SnapshotError
 
 
 class Prepared(NamedTuple):
@@ -118,14 +121,58 @@ def hosts_rollout(
     return outcomes
 
 
-def host_drift_repair(*, host: FirewallHost) -> PushOutcome | None:
-    """Push in full what a drifted host should run: the version it is pinned to, or else its
-    newest version (what it runs is unknown, so no increment)."""
+def drifted_artefacts(parts: Iterable[str]) -> set[str] | None:
+    """The artefacts the drifted digest parts belong to ("nft:...": nft, "tc:DEV": tc,
+    "file:NAME": that file), or None when a part is of no known artefact."""
+    names: set[str] = set()
+    for part in parts:
+        kind, _, rest = part.partition(":")
+        if kind in {"nft", "tc"}:
+            names.add(kind)
+        elif kind == "file" and rest:
+            names.add(rest)
+        else:
+            return None
+    return names or None
+
+
+def host_drift_repair(
+    *, host: FirewallHost, loaded_version: str | None = None
+) -> PushOutcome | None:
+    """Push what a drifted host should run: the version it is pinned to, or else its newest
+    version. When the host still runs that very version (`loaded_version`, from the health
+    reading) and its digest names the drifted parts (`host.drift`), only the artefacts those
+    parts belong to are sent, each in full (tc drift: the tc tree, nft untouched; nft drift:
+    the rule set, tc untouched), under the agent's one rollback point; else everything (what
+    it runs is unknown, so no increment)."""
     version = host.pinned_version or RuleSetVersion.objects.filter(host=host).first()
     if version is None:
         return None
-    host.mark_pending()  # no confirmed base any more: the push sends everything
-    return ruleset_push(host=host, version=version)
+    if version.texts_pending:  # the delta version the host runs: render it first
+        delta_render_pending(host)
+        version.refresh_from_db()
+    only = None
+    if (
+        loaded_version is not None
+        and loaded_version == version.content_hash == host.applied_checksum
+    ):
+        only = drifted_artefacts(host.drift)
+    host.mark_pending()  # no confirmed base any more: no increment
+    delta_forget(host.pk)
+    if version.texts_pending:
+        # A delta version this process cannot render (the worker that stepped it keeps its
+        # snapshot, or a newer change replaced it and the worker stopped): compile the host in
+        # full here (the caller holds the site's lock) and push that, so the repair is done
+        # when this returns (a device's registration is a delta version too: docs/dhcp.md).
+        try:
+            version = host_compile(
+                host=host, data=snapshot_data_read(), cause=f"drift repair {host.name}"
+            )
+        except (CompileError, SnapshotError):
+            firewall_change_request(cause=f"drift repair {host.name}", site_ids=[host.site_id])
+            return None
+        only = None  # a version compiled just now: everything
+    return ruleset_push(host=host, version=version, only=only)
 
 
 def host_rollback(*, host: FirewallHost) -> PushOutcome | None:

@@ -39,6 +39,7 @@ class PushOutcome:
 # The push's health verdict reads the loaded version and the conntrack fill, not the softirq
 # load (the periodic health collection samples that): no sampling pause in the push.
 PUSH_HEALTH_SAMPLE_MS = 0
+ALREADY_RUNS = "already runs it: its digest matches what it confirmed"
 
 
 class Push:
@@ -48,9 +49,14 @@ class Push:
     the apply rolls the whole host back."""
 
     def __init__(
-        self, host: FirewallHost, version: RuleSetVersion, session: FirewallSession | None = None
+        self,
+        host: FirewallHost,
+        version: RuleSetVersion,
+        session: FirewallSession | None = None,
+        only: set[str] | None = None,
     ) -> None:
         self.host, self.version = host, version
+        self.only = only  # a drift repair: just these artefacts, each in full
         self.session = session if session is not None else pooled_session_for(host)
         self.during_ran = False
 
@@ -69,6 +75,12 @@ class Push:
         previous version, else nft in full; tc and files only where they changed."""
         version, running = self.version, self.running()
         artefacts: dict[str, dict[str, str]] = {}
+        if (
+            increment is None
+            and self.only is not None
+            and self.only <= {"nft", "tc", *version.files}
+        ):
+            return self.payload_of(self.only)
         if increment is not None:
             artefacts["nft"] = {"mode": "increment", "text": increment.nft}
             if increment.tc:
@@ -81,6 +93,23 @@ class Push:
         for name, text in sorted(version.files.items()):
             if running is None or before.get(name) != version.artefact_hashes.get(name):
                 artefacts[name] = {"mode": "replace", "text": text}
+        return json.dumps(
+            {"format": 1, "version": version.content_hash, "artefacts": artefacts},
+            separators=(",", ":"),
+        )
+
+    def payload_of(self, names: set[str]) -> str:
+        """The bundle of just the named artefacts of the version, each in full (a drift repair
+        of the host that runs this version: what did not drift is not touched)."""
+        version = self.version
+        artefacts: dict[str, dict[str, str]] = {}
+        for name in sorted(names):
+            if name == "nft":
+                artefacts["nft"] = {"mode": "replace", "text": version.nft_text}
+            elif name == "tc":  # also empty: shaping added by hand is dropped
+                artefacts["tc"] = {"mode": "replace", "text": version.tc_text}
+            elif name in version.files:
+                artefacts[name] = {"mode": "replace", "text": version.files[name]}
         return json.dumps(
             {"format": 1, "version": version.content_hash, "artefacts": artefacts},
             separators=(",", ":"),
@@ -107,6 +136,29 @@ class Push:
         reply = session.call(verb, *args)
         self.log(step, reply.ok, "" if reply.ok else reply.message, started)
         return reply
+
+    def runs_already(self, session: FirewallSession) -> dict | None:
+        """The digest of the host when it runs this very bundle, confirmed, and its content is
+        what it read back after applying it (no drift); else None. Asked only before a full
+        push to a host the portal does not know to run a confirmed version (a new database,
+        `make run` again over a running lab, a worker that stopped before recording the
+        confirm): one health round trip (its digest: 0.8 s at 20,000 members) instead of a
+        full push (35-43 s)."""
+        started = time.monotonic()
+        reply = session.call("health", "--sample-ms", "0", timeout=60)
+        data = reply.data
+        runs = (
+            reply.ok
+            and data.get("version") == self.version.content_hash
+            and data.get("confirmed") is True
+            and not data.get("pending_confirm")
+            and data.get("digest_differs") == []
+            and bool((data.get("digest") or {}).get("parts"))
+        )
+        if not runs:
+            return None
+        self.log(PushStep.VERIFY, True, ALREADY_RUNS, started)
+        return data["digest"]
 
     def rollback(self, session: FirewallSession) -> str:
         try:
@@ -196,10 +248,26 @@ class Push:
         applied = False
         try:
             reply = None
-            increment = increment_for(host=self.host, version=version)
+            increment = getattr(version, "delta_increment", None)
+            if increment is None:
+                increment = increment_for(host=self.host, version=version)
+            if increment is None and not self.host.holds_confirmed:
+                digest = self.runs_already(session)
+                if digest is not None:  # a full push would change nothing: none is sent
+                    self.host.mark_applied(version, digest=digest)
+                    return PushOutcome(self.host.name, True, "", ALREADY_RUNS, skipped=True)
             if increment is not None:
                 # The host holds the previous version: send only the element changes.
                 reply = self.apply(session, increment, once)
+            fallback = getattr(version, "delta_fallback", None)
+            if reply is not None and reply.data.get("phase") == "check" and fallback is not None:
+                # A delta version has no texts to send in full: its increment was refused, so
+                # compile in full (dropping the delta base) and push that version instead.
+                self.version = version = fallback()
+                reply = None
+                increment = increment_for(host=self.host, version=version)
+                if increment is not None:
+                    reply = self.apply(session, increment, once)
             if reply is None or reply.data.get("phase") == "check":
                 reply = self.apply(session, None, once)
             if not reply.ok:
@@ -274,9 +342,11 @@ def ruleset_push(
     version: RuleSetVersion,
     session: FirewallSession | None = None,
     during: Callable[[], None] | None = None,
+    only: set[str] | None = None,
 ) -> PushOutcome:
     """Check, arm the rollback timer and apply, verify the version and health (one round trip),
     then confirm (a second one); a failure after the apply rolls the host back. `session`: one
     already started (not entered) by the caller; the push closes it. `during` runs once while
-    the host applies (always, also when the push fails first)."""
-    return Push(host, version, session).run(during)
+    the host applies (always, also when the push fails first). `only`: a drift repair of
+    just these artefacts, each in full (`Push.payload_of`)."""
+    return Push(host, version, session, only).run(during)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from apps.firewall.extensions import DhcpRead
 from apps.firewall.models import FirewallHost
 from workers import ruleset as rs
-from workers.ruleset.unbound import Resolver
+from workers.ruleset.host import Resolver
 
 
 def site_resolver_addresses(site_id: int | None) -> tuple[str, ...]:

@@ -14,7 +14,15 @@ import time
 import structlog
 
 from apps.firewall.choices import SiteStatus
-from apps.firewall.compiled import CompileError, host_compile, snapshot_data_for
+from apps.firewall.compiled import (
+    CompileError,
+    delta_base_ensure,
+    delta_compile,
+    delta_forget,
+    delta_render_pending,
+    host_compile,
+    snapshot_data_for,
+)
 from apps.firewall.models import FirewallHost, RuleSetVersion, Site
 from apps.firewall.order import hosts_rollout
 from apps.firewall.pipeline import scheduled_key
@@ -29,6 +37,15 @@ log = structlog.get_logger(__name__)
 
 def _change_waiting(site: Site) -> bool:
     return bool(redis_client().exists(scheduled_key(site.pk)))
+
+
+# Causes that compile in full whatever changed: the reconcile interval, staff's "push now",
+# a run without a recorded change.
+FULL_CAUSES = ("reconcile", "convergence", "push now", "pending changes")
+
+
+def _full_asked(cause: str) -> bool:
+    return cause in ("", "sync") or any(word in cause for word in FULL_CAUSES)
 
 
 def site_sync(
@@ -58,19 +75,38 @@ def site_sync(
         for version in compiled:
             texts.start(version)
 
-    def version_for(host: FirewallHost) -> RuleSetVersion:
+    deltas: list[RuleSetVersion] = []
+    full = _full_asked(cause)
+
+    def full_for(host: FirewallHost) -> RuleSetVersion:
         started = time.monotonic()
+        delta_render_pending(host)  # the texts of the delta version the host runs
+        delta_forget(host.pk)
         version = host_compile(host=host, data=data, cause=cause, prune=False, texts_later=True)
         compiled.append(version)
         timed(f"compile {host.name}", started)
         return version
+
+    def version_for(host: FirewallHost) -> RuleSetVersion:
+        if not full:
+            started = time.monotonic()
+            version = delta_compile(host=host, data=data, cause=cause)
+            if version is not None:
+                # Refused by the host's check: compile in full and push that instead.
+                version.delta_fallback = lambda: full_for(host)  # type: ignore[attr-defined]
+                deltas.append(version)
+                timed(f"delta {host.name}", started)
+                return version
+        return full_for(host)
 
     # The hosts' handshakes (if their connections are not open already) run while the
     # database is read.
     sessions = {h.pk: pooled_session_for(h).start() for h in hosts if not h.is_pinned}
     try:
         started = time.monotonic()
-        data = snapshot_data_for(hosts)
+        # A change's run reads only the members changed since this worker's last read; a full
+        # compile (reconcile, push now, ...) checks every member's key.
+        data = snapshot_data_for(hosts, since_last=not full)
         timed("read", started)
         started = time.monotonic()
         outcomes = hosts_rollout(hosts, version_for, sessions=sessions, during_last=texts_start)
@@ -88,8 +124,8 @@ def site_sync(
         timed("texts", started)
     # Hosts skipped (pinned) or after a stop get their version too: unpinning pushes it.
     for host in hosts:
-        if host.pk not in {v.host_id for v in compiled}:
-            version_for(host)
+        if host.pk not in {v.host_id for v in (*compiled, *deltas)}:
+            full_for(host)
     texts_start()
     texts.join()
     if texts.failed:
@@ -98,6 +134,16 @@ def site_sync(
     for host in hosts:  # after the pushes: off the path from a change to the hosts
         versions_prune(host=host)
     timed("prune", started)
+    if deltas or compiled:
+        started = time.monotonic()
+        ok = {o.host for o in outcomes if o.ok}
+        for version in deltas:
+            host = version.host
+            if host.name not in ok or not host.runs(version.content_hash):
+                delta_forget(host.pk)  # refused, failed, or stopped before: compile in full
+        for host in hosts:  # a full version the host confirmed: the base of the next step
+            delta_base_ensure(host)
+        timed("delta", started)
     if not _change_waiting(site):
         # Off the critical path: after the rollout, and only when no change waits for the lock
         # (that run stores the snapshot of its newer versions instead).

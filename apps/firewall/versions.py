@@ -44,10 +44,16 @@ def ruleset_version_store(
     caller's `version_texts_write`."""
     latest = (
         RuleSetVersion.objects.filter(host=host)
-        .only("content_hash", "snapshot_at", "texts_pending")
+        .only("content_hash", "snapshot_at", "texts_pending", "artefact_hashes")
         .first()
     )
-    if latest is not None and latest.content_hash == content_hash:
+    # The same texts under another id: a delta version rendered after its push (compiled.py).
+    same_texts = (
+        bool(artefact_hashes)
+        and latest is not None
+        and (not latest.texts_pending and latest.artefact_hashes == artefact_hashes)
+    )
+    if latest is not None and (latest.content_hash == content_hash or same_texts):
         if snapshot_at and snapshot_at > latest.snapshot_at:
             latest.snapshot_at = snapshot_at
             latest.save(update_fields=["snapshot_at"])

@@ -104,6 +104,17 @@ def _dhcp_state(raw: object) -> dict:
             state[key] = value
     if raw.get("error"):
         state["error"] = str(raw["error"])[:300]
+    if raw.get("reloading") is True:
+        state["reloading"] = True
+    config = raw.get("config")
+    if isinstance(config, dict):  # the Kea path (deploy/firewall/portal_fw/deferred.py)
+        state["config"] = {
+            "state": str(config.get("state") or "")[:20],
+            "pending": config.get("pending") is True,
+            "at": str(config.get("at") or "")[:40],
+            "seconds": config.get("seconds") if isinstance(config.get("seconds"), float) else None,
+            "error": str(config.get("error") or "")[:300],
+        }
     return state
 
 
@@ -185,6 +196,15 @@ def host_warnings(*, host: FirewallHost, sample: HostHealthSample | None) -> lis
     found += conntrack_warnings(host=host, sample=sample)
     found += ha_warnings(host=host, sample=sample)
     found += [HealthWarning(code, text) for code, text in resolver_warnings(sample)]
+    config = (sample.dhcp or {}).get("config") or {}
+    if config.get("state") in ("refused", "not-answering"):
+        found.append(
+            HealthWarning(
+                "dhcp-config",
+                _("Kea did not load the newest DHCP configuration (%(state)s): %(error)s")
+                % {"state": config["state"], "error": config.get("error") or "?"},
+            )
+        )
     if host.drift:
         found.append(
             HealthWarning(
@@ -417,7 +437,7 @@ def firewalls_health_collect() -> None:
             log.warning("firewall.drift", host=host.name, parts=host.drift[:10])
             try:
                 with site_lock(host.site_id):
-                    outcome = host_drift_repair(host=host)
+                    outcome = host_drift_repair(host=host, loaded_version=sample.loaded_version)
             except LockBusy:
                 continue  # a rollout is running; the next collection looks again
             log.info("firewall.drift_repair", host=host.name, ok=bool(outcome and outcome.ok))
@@ -443,7 +463,12 @@ def sites_not_compiled_since(sites: set[int]) -> list[int]:
         return []
     cutoff = timezone.now() - timedelta(seconds=interval)
     last = dict(
-        RuleSetVersion.objects.filter(host__site_id__in=sites, host__enabled=True)
+        # Full compiles only: a delta version (compiled.py `delta_compile`) keeps texts_pending
+        # until a full compile renders it, so a stream of member changes does not put the
+        # reconcile off.
+        RuleSetVersion.objects.filter(
+            host__site_id__in=sites, host__enabled=True, texts_pending=False
+        )
         .values("host__site_id")
         .annotate(last=Max("snapshot_at"))
         .values_list("host__site_id", "last")

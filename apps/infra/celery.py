@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import setup_logging, task_prerun
 from celery.worker.consumer import Consumer
 from redbeat import RedBeatScheduler
 
@@ -80,6 +80,21 @@ def _portal_logging(**_: Any) -> None:
     from django.conf import settings
 
     logging.config.dictConfig(settings.LOGGING)
+
+
+@task_prerun.connect(weak=False)
+def _content_types_read_afresh(task: Any = None, **_: Any) -> None:
+    """Each task starts with an empty ContentType cache. Django keeps content type ids for the
+    life of a process; a worker outlives a restore of the database (and, in tests, the flush
+    between transactional tests), where the content types come back under other ids, and it
+    went on writing audit entries with the old ones (an FK error, or another type). Costs one
+    query per model a task first needs a content type of; eager tasks (tests) keep the cache."""
+    if task is not None and getattr(task.request, "is_eager", False):
+        return
+    # needs Django, and this module loads before the settings
+    from django.contrib.contenttypes.models import ContentType
+
+    ContentType.objects.clear_cache()
 
 
 bind_celery_task_ids()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from django.db.models import CharField, F, Func, QuerySet, TextField, Value
+from django.db.models import CharField, F, Func, Q, QuerySet, TextField, Value
 from django.db.models.functions import Cast, Collate, Lower
 from django.utils.translation import gettext as _
 
@@ -80,23 +80,49 @@ def _ipv6_reversed_sql() -> Collate:
 
 
 def _device_name_found(query: str, limit: int) -> Found:
-    """Devices whose name holds the words typed ("laptop", "tv living"), by name (trigram
-    index on the lower-case name, network migration 0010)."""
+    """Devices whose name starts with what was typed ("phone", "tv liv"), then those whose name
+    holds the words ("living", "room tv"; a word of two letters at the start of a word)."""
     words = [w for w in query.lower().split() if len(w) >= 2][:4]
     if not words:
         return []
-    devices = Device.objects.annotate(lname=Lower("name"))
+    wanted = limit * ROWS_PER_MEMBER
+    # The start of the name: an ordered walk of the btree on the lower-case name (network
+    # migration 0012) that stops at the rows wanted, so a common name ("phone": an eighth of
+    # all devices in the demo data) costs what a rare one costs.
+    rows = list(
+        Device.objects.annotate(lname=_lower_name_sql())
+        .filter(lname__startswith=" ".join(words))
+        .order_by("lname")
+        .values_list("name", "pk", "member_id")[:wanted]
+    )
+    found = _distinct_members(
+        [(pk, _("name of device {}").format(name)) for name, _pk, pk in rows], limit
+    )
+    if len(found) >= limit:
+        return found
+    # Then the words anywhere in the name (trigram index on the lower-case name, network
+    # migration 0010). Two letters make no trigram of their own, and a LIKE '%tv%' would have
+    # the index return every device to be checked again (120 ms at 100,000 members): a word
+    # of two letters matches the start of a word of the name instead ("tv" finds "Living room
+    # TV"), whose trigrams ("  t", " tv") the index has.
+    devices = Device.objects.annotate(lname=Lower("name")).exclude(pk__in=[r[1] for r in rows])
     for word in words:
-        devices = devices.filter(lname__contains=word)
-    # No ORDER BY in SQL (as for MAC parts): a common name ("phone") matches a third of all
-    # devices, and sorting them all to keep the first rows took 34-44 ms at 100,000 members;
-    # the trigram bitmap stops at the rows wanted, which are put in order here.
-    rows = sorted(
-        devices.values_list("name", "pk", "member_id")[: limit * ROWS_PER_MEMBER],
+        if len(word) >= 3:
+            devices = devices.filter(lname__contains=word)
+        else:
+            devices = devices.filter(Q(lname__startswith=word) | Q(lname__contains=" " + word))
+    more = sorted(
+        devices.values_list("name", "pk", "member_id")[: wanted - len(rows)],
         key=lambda row: (row[0].lower(), row[1]),
     )
-    found = [(pk, _("name of device {}").format(name)) for name, _pk, pk in rows]
-    return _distinct_members(found, limit)
+    return _distinct_members(
+        found + [(pk, _("name of device {}").format(name)) for name, _pk, pk in more], limit
+    )
+
+
+def _lower_name_sql() -> Collate:
+    # The expression of the index network_device_name_lower_c (network migration 0012).
+    return Collate(Lower("name"), "C")
 
 
 def _host_sql(field: str) -> Collate:
@@ -160,19 +186,45 @@ def _ipv4_start_found(query: str, limit: int) -> Found:
 
 
 def _mac_part_found(digits: str, limit: int, *, query: str = "") -> Found:
-    """Devices whose MAC contains these hex digits (trigram index on the MAC's hex digits);
-    typed with separators ("06:6f:00"), only whole bytes in that place count."""
-    # No ORDER BY in SQL: with one, the planner walks the whole MAC index in order hoping to
-    # meet 25 matches early (100 ms for a rare fragment at 100,000 members); the trigram
-    # bitmap finds them all at once, and a fragment of four digits or more matches few.
-    devices = sorted(
+    """Devices whose MAC starts with these hex digits (a vendor prefix: "aabb.cc"), then those
+    whose MAC holds them anywhere (trigram index on the MAC's hex digits); typed with
+    separators ("06:6f:00"), only whole bytes in that place count."""
+    if not digits:
+        return []
+    wanted = limit * ROWS_PER_MEMBER
+    # The start: a range of the MAC's own unique btree, walked in order and stopped at the
+    # rows wanted; a vendor prefix is shared by many devices and costs no more than a rare one.
+    first = _mac_join(digits.ljust(12, "0"))
+    last = _mac_join(digits.ljust(12, "f"))
+    rows = list(
+        Device.objects.filter(mac__gte=first, mac__lte=last)
+        .annotate(mac_text=Cast("mac", TextField()))
+        .filter(**_mac_bytes_filter(query))
+        .order_by("mac")
+        .values_list("mac", "member_id", "name", "pk")[:wanted]
+    )
+    found = _distinct_members(_mac_rows(rows), limit)
+    if len(found) >= limit:
+        return found
+    # Anywhere: no ORDER BY in SQL: with one, the planner walks the whole MAC index in order
+    # hoping to meet 25 matches early (100 ms for a rare fragment at 100,000 members); the
+    # trigram bitmap finds them all at once, and a fragment of four digits or more matches few.
+    more = sorted(
         Device.objects.annotate(hex=_mac_hex_sql(), mac_text=Cast("mac", TextField()))
         .filter(hex__contains=digits, **_mac_bytes_filter(query))
-        .values_list("mac", "member_id", "name")[: limit * ROWS_PER_MEMBER],
+        .exclude(pk__in=[row[3] for row in rows])
+        .values_list("mac", "member_id", "name", "pk")[: wanted - len(rows)],
         key=lambda row: str(row[0]),
     )
-    found = [(pk, _("MAC of device {}").format(name) + f" ({mac})") for mac, pk, name in devices]
-    return _distinct_members(found, limit)
+    return _distinct_members(found + _mac_rows(more), limit)
+
+
+def _mac_join(hex12: str) -> str:
+    return ":".join(hex12[i : i + 2] for i in range(0, 12, 2))
+
+
+def _mac_rows(rows: list[tuple[str, int, str, int]]) -> Found:
+    return [(pk, _("MAC of device {}").format(name) + f" ({mac})") for mac, pk, name, _id in rows]
 
 
 def _mac_bytes_filter(query: str) -> dict[str, str]:

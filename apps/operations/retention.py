@@ -136,6 +136,7 @@ RULES: tuple[Rule, ...] = (
 BOUNDED_ELSEWHERE: dict[str, str] = {
     "firewall.RuleSetVersion": "PORTAL_RULESET_HISTORY per host, at every store",
     "firewall.MemberRevision": "one row per member",
+    "dhcp.LeaseCursor": "one row per firewall host (with its host)",
     "tickets.Message": "with its ticket",
     "tickets.Attachment": "with its message",
     "tickets.TicketEvent": "with its ticket",

@@ -27,6 +27,12 @@ class TrafficCounter(models.Model):
     packets = models.BigIntegerField()
     octets = models.BigIntegerField()
     seen_at = models.DateTimeField()
+    # Who held the key at the last reading that changed its total: a key nobody holds now (a
+    # device removed since, its bytes carried by the host) is attributed to them. Plain ids,
+    # no foreign keys: a member's removal does not touch this table (the store checks that
+    # the member still exists), and the counter rows stay out of the members' deletes.
+    last_member_id = models.BigIntegerField(null=True, blank=True)
+    last_device_id = models.IntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [

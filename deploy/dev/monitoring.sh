@@ -3,21 +3,26 @@
 # config (deploy/prometheus/), pointed at this portal, when both are installed (make packages).
 # Ports follow the portal's: PORT+1090 for Prometheus, PORT+1093 for Alertmanager (8000: 9090,
 # 9093). The webhook secret is var/monitoring/alerts-secret (run.sh exports it to the portal).
+# The portal's port is PORTAL_PORT (run.sh exports it): honcho gives each process of the
+# Procfile a PORT of its own (the base + 100 per line above it), and this one's named the
+# webhook 500 ports off (PORT=8011: Alertmanager posted to 127.0.0.1:8511). PORT alone is
+# only read when this script runs by itself. The configs are written anew at every start.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PORT=${PORT:-8000}
+PORT=${PORTAL_PORT:-${PORT:-8000}}
 HOST=${PORTAL_HOST:-127.0.0.1}
 if ! command -v prometheus >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
   echo "prometheus / prometheus-alertmanager not installed: no alerts in this run."
   exec sleep infinity
 fi
-dir=var/monitoring
+dir=${PORTAL_MONITORING_DIR:-var/monitoring} # tests/deploy/test_dev_monitoring.py: its own
 mkdir -p "$dir"
+[[ $dir == /* ]] || dir=$PWD/$dir
 prom_port=$((PORT + 1090))
 am_port=$((PORT + 1093))
 cp deploy/prometheus/portal.rules.yml "$dir/portal.rules.yml"
 sed -e "s#https://portal.example.org/alerts/webhook#http://$HOST:$PORT/alerts/webhook#" \
-  -e "s#/etc/prometheus/portal-alerts-secret#$PWD/$dir/alerts-secret#" \
+  -e "s#/etc/prometheus/portal-alerts-secret#$dir/alerts-secret#" \
   deploy/prometheus/alertmanager.yml >"$dir/alertmanager.yml"
 sed -e "s#127.0.0.1:8000#$HOST:$PORT#" -e "s#127.0.0.1:9093#127.0.0.1:$am_port#" \
   deploy/prometheus/prometheus.yml >"$dir/prometheus.yml"

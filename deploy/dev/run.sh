@@ -42,7 +42,10 @@ fi
 mkdir -p var/monitoring
 [[ -s var/monitoring/alerts-secret ]] || (umask 077 && openssl rand -hex 24 >var/monitoring/alerts-secret)
 PORTAL_ALERTS_WEBHOOK_SECRET=$(cat var/monitoring/alerts-secret)
-export PORTAL_ALERTS_WEBHOOK_SECRET PORT
+# honcho sets PORT anew for each process (its base + 100 per Procfile line): the portal's own
+# port goes as PORTAL_PORT (the web server and the monitoring's webhook use it).
+PORTAL_PORT=$PORT
+export PORTAL_ALERTS_WEBHOOK_SECRET PORT PORTAL_PORT
 echo "Portal: http://$HOST:$PORT/  (logins resident, volunteer, support, admin; password demo)"
 # The lab tests check this file: they refuse to replace a lab that a running portal uses.
 mkdir -p var/run && echo $$ >var/run/make-run.pid

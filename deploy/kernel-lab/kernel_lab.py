@@ -47,7 +47,7 @@ CACHE = Path(os.environ.get("PORTAL_KERNEL_LAB_DIR", ROOT / "var" / "kernel-lab"
 META_PACKAGE = "linux-image-amd64"  # depends on the current linux-image-<abi>-amd64
 USER_PACKAGES = (
     "busybox-static", "nftables", "iproute2", "conntrack", "conntrackd", "iperf3", "hping3",
-    "libc6",
+    "libc6", "keepalived", "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib",
 )  # fmt: skip
 BINARIES = (
     "/usr/sbin/nft",
@@ -57,11 +57,22 @@ BINARIES = (
     "/usr/sbin/conntrackd",  # the HA case: two firewall namespaces syncing their states
     "/usr/bin/iperf3",
     "/usr/sbin/hping3",
+    "/usr/sbin/keepalived",  # the HA case: VRRP between the two firewall namespaces
 )
+# The HA case's notify hook, portal-ha (deploy/firewall/portal-ha: `#!/usr/bin/python3 -IS`),
+# needs Debian's Python with the standard-library modules the host package imports (the
+# package itself comes with each run, tests/e2e/kernel_lab/vm.py). The modules are found by
+# importing them with the same interpreter here; their compiled .pyc files come along.
+PYTHON = "/usr/bin/python3.11"
+HOST_PACKAGE = ROOT / "deploy" / "firewall" / "portal_fw"
 # Module directories whose modules may be loaded inside (their dependencies come along).
 MODULE_DIRS = ("net/netfilter", "net/ipv4/netfilter", "net/ipv6/netfilter", "net/sched")
 # crc32c_generic: libcrc32c (nf_tables, nf_nat) asks the crypto API for crc32c (a soft dependency).
-MODULE_FILES = ("drivers/net/veth.ko", "crypto/crc32c_generic.ko")
+MODULE_FILES = (
+    "drivers/net/veth.ko",
+    "crypto/crc32c_generic.ko",
+    "net/bridge/bridge.ko",  # the HA case: both firewalls on one member-side and uplink segment
+)
 # Loaded at boot (the rest load on demand: nft asks the kernel, which runs /sbin/modprobe).
 BOOT_MODULES = (
     "crc32c_generic",
@@ -191,6 +202,7 @@ def build_key(deb: Path) -> str:
     h.update(str(deb.stat().st_size).encode())
     h.update(_package_versions().encode())
     h.update(Path(__file__).read_bytes())
+    h.update(" ".join(_stdlib_imports()).encode())
     return h.hexdigest()[:16]
 
 
@@ -231,6 +243,51 @@ def _module_closure(base: Path, release: str) -> list[str]:
         seen.add(p)
         stack.extend(deps[p])
     return sorted(seen)
+
+
+def _stdlib_imports() -> list[str]:
+    """Top-level and dotted standard-library names the host package imports (absolute imports
+    that are not its own), read from its source with `ast`."""
+    import ast
+
+    names = {"__future__", "encodings.ascii", "encodings.latin_1", "encodings.utf_8"}
+    for source in sorted(HOST_PACKAGE.glob("*.py")):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names.add(node.module)
+    return sorted(n for n in names if not n.startswith("portal_fw"))
+
+
+PYTHON_FILES = r"""
+import importlib, importlib.util, sys
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        sys.stderr.write(f"kernel-lab: python module {name} left out: {exc}\n")
+for module in list(sys.modules.values()):
+    path = getattr(module, "__file__", None)
+    if not path or not path.startswith(sys.prefix + "/lib/python3"):
+        continue
+    print(path)
+    if path.endswith(".py"):
+        print(importlib.util.cache_from_source(path))
+"""
+
+
+def _python_files() -> tuple[set[str], set[str]]:
+    """The interpreter's module files (and .pyc) for the host package, and their libraries."""
+    if not Path(PYTHON).exists():
+        raise LabError(f"{PYTHON} is missing (apt-get install python3-minimal)")
+    out = _run(PYTHON, "-IS", "-c", PYTHON_FILES, *_stdlib_imports())
+    files = {f for f in out.split() if Path(f).is_file()}
+    libs = _ldd(PYTHON)
+    for f in files:
+        if f.endswith(".so"):
+            libs |= _ldd(f)
+    return files, libs
 
 
 def _cpio(root: Path, out: Path) -> None:
@@ -288,6 +345,13 @@ def build(fetch: bool = True) -> Path:
         for binary in BINARIES:  # into /usr/sbin, ahead of busybox's applets in PATH
             shutil.copy2(os.path.realpath(binary), root / "usr/sbin" / Path(binary).name)
             libs |= _ldd(binary)
+        python_files, python_libs = _python_files()
+        libs |= python_libs
+        for f in sorted(python_files):
+            _copy(f, root)
+        shutil.copy2(PYTHON, root / "usr/bin/python3.11")
+        os.symlink("python3.11", root / "usr/bin/python3")
+        (root / "usr/lib/python3.11/lib-dynload").mkdir(parents=True, exist_ok=True)
         for lib in sorted(libs):
             _copy(lib, root)
         for name in ("protocols", "services"):

@@ -628,7 +628,7 @@ EOF
 }
 
 cmd_device() { # add|del ADDR...
-	local op=$1 addr
+	local op=$1 addr ns
 	shift
 	[[ $# -gt 0 ]] || die "usage: lab.sh device-$op ADDR... (10.100.0.0/16, 2001:db8:100::/48)"
 	lab_is_up || die "the lab is not up"
@@ -648,6 +648,12 @@ cmd_device() { # add|del ADDR...
 				ip -n pl-dorm addr del "$addr/32" dev br0 2>/dev/null || true
 			fi
 		fi
+		# The firewalls forget an earlier holder of the address (a DHCP client of an earlier
+		# test, gone since), as a real device's gratuitous ARP or unsolicited NA makes them do:
+		# a stale entry would send the first packets to a MAC nobody has for seconds.
+		for ns in "${NAT_HOSTS[@]}"; do
+			ip -n "$ns" neigh flush to "$addr" 2>/dev/null || true
+		done
 	done
 }
 
@@ -670,8 +676,8 @@ write_kea_files() {
 	cat >"$LAB_VAR/$host/artefacts.json" <<JSON
 {"kea-dhcp4": {"path": "$dir/kea-dhcp4.conf",
                "check": ["kea-dhcp4", "-t", "{file}"],
-               "reload": ["$FW_LIB/kea-ctl", "reload", "{file}"],
-               "mode": "0600"},
+               "reload": ["$FW_LIB/kea-ctl", "reload", "{file}", "{loaded}"],
+               "mode": "0600", "deferred": true},
  "portal-ra": {"path": "$dir/portal-ra.json",
                "check": ["$FW_LIB/portal-ra", "check", "{file}"],
                "reload": ["$FW_LIB/portal-ra", "reload", "{file}"],
@@ -1281,7 +1287,11 @@ teardown() { # everything of the lab, whoever built it
 	kill_pids $pids
 	rm -f "$LAB_VAR/$PROBE/sshd.pid"
 	for link in pl-m-nat1 pl-m-nat2 pl-m-probe "$MGMT_BRIDGE"; do
-		if root_link_exists "$link"; then ip link del "$link"; fi
+		# A veth whose peer's namespace was just deleted goes away on its own, a moment later
+		# (the kernel cleans namespaces up asynchronously): gone by then is as good as deleted.
+		if root_link_exists "$link"; then
+			ip link del "$link" 2>/dev/null || ! root_link_exists "$link"
+		fi
 	done
 	# Processes a vanished checkout left inside the namespaces die with them (above); its
 	# veths and bridge go with them too.

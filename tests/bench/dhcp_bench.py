@@ -31,6 +31,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.bench.synthetic import synthetic_snapshot
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "firewall"))
+from portal_fw import kea as host_kea
+from portal_fw.bundle import load_artefacts
+from portal_fw.host import Host as AgentHost
 from workers.ruleset.bundle import compile_bundle
 from workers.ruleset.snapshot import Dhcp, Host, Snapshot
 
@@ -77,6 +82,60 @@ def _best(func, repeat: int = 3) -> float:
         func()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def device_rows(members: int) -> list[Row]:
+    """A device registered at `members`: the host's DHCP input built in full (every reservation
+    and RA prefix parsed and checked, as a full compile does) against the last one with the
+    device's row added (`Dhcp.with_devices`, the delta path); Kea's and portal-ra's texts
+    rendered fresh against rendered from the lines of the last rendering (best of 3 each)."""
+    import dataclasses
+
+    from workers.ruleset import kea
+
+    snap = dhcp_snapshot(members)
+    d = snap.dhcp
+    rows = [(mac, str(ip)) for mac, ip in d.reservations]
+    ra = [(mac, f"2001:db8:{i >> 16:x}:{i & 0xFFFF:x}::/64") for i, (mac, _ip) in enumerate(rows)]
+    fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(Dhcp)}
+
+    def full() -> Dhcp:
+        return Dhcp(**{**fields, "reservations": tuple(rows), "ra_prefixes": tuple(ra)})
+
+    t_full = _best(full)
+    base = full()
+    new = ("02:ee:00:00:00:01", "10.200.0.5")
+    t_step = _best(lambda: base.with_devices(added=[new],
+                                             ra_added=[(new[0], "2001:db8:ffff::/64")]))  # fmt: skip
+    stepped = dataclasses.replace(snap, dhcp=base.with_devices(added=[new]))
+    first = dataclasses.replace(snap, dhcp=base)
+
+    def render(s: Snapshot, fresh: bool) -> None:
+        if fresh:
+            kea._KEA_ROWS.memo, kea._RA_ROWS.memo = {}, {}
+        kea.kea_config.__wrapped__(s)
+        kea.ra_config.__wrapped__(s)
+
+    t_fresh = _best(lambda: render(first, True))
+
+    def kept() -> None:
+        render(first, False)  # the host's last rendering
+        start = time.perf_counter()
+        render(stepped, False)
+        kept_times.append(time.perf_counter() - start)
+
+    kept_times: list[float] = []
+    for _ in range(3):
+        kept()
+    section = f"DHCP, {members:,} members: a device registered"
+    return [
+        (section, "DHCP input built in full (reservations and RA prefixes checked)", t_full,
+         "s", ""),
+        (section, "DHCP input stepped by the device's row (delta path)", t_step, "s", ""),
+        (section, "Kea + portal-ra texts rendered fresh", t_fresh, "s", ""),
+        (section, "Kea + portal-ra texts from the last rendering's lines (delta path)",
+         min(kept_times), "s", ""),
+    ]  # fmt: skip
 
 
 def compile_rows(members: int) -> list[Row]:
@@ -195,6 +254,7 @@ def kea_rows(members: int) -> list[Row]:
                     "",
                 )
             )
+            rows += lease_rows(section, state, conf, full, changed)
             rows += perfdhcp_rows(section)
         finally:
             kea.terminate()
@@ -203,6 +263,98 @@ def kea_rows(members: int) -> list[Row]:
             except subprocess.TimeoutExpired:
                 kea.kill()
     return rows
+
+
+LEASES_HEADER = (
+    "address,hwaddr,client_id,valid_lifetime,expire,subnet_id,fqdn_fwd,fqdn_rev,hostname,"
+    "state,user_context"
+)
+
+
+def lease_rows(section: str, state: Path, conf: Path, full: str, changed: str) -> list[Row]:
+    """A reload as production sees it: every device holds its reserved address (one lease per
+    reservation in Kea's lease file, which a config-reload reads again), one reservation
+    changed; `kea-ctl reload` with the file Kea ran before (only the changed address is looked
+    up) and without it (every lease read with lease4-get-all, as every reload did before)."""
+    expire = int(time.time()) + 3600
+    reserved = json.loads(full)["Dhcp4"]["subnet4"][0]["reservations"]
+    lines = [LEASES_HEADER] + [
+        f"{r['ip-address']},{r['hw-address']},,3600,{expire},1,0,0,,0," for r in reserved
+    ]
+    leases = state / "leases4.csv"
+    fresh = state / "leases4.new"
+    fresh.write_text("\n".join(lines) + "\n")
+    fresh.replace(leases)  # a new file: Kea reads it at its next reload
+    previous = state / "previous.conf"
+    previous.write_text(changed)  # what Kea runs now
+    conf.write_text(full)  # the reservation changed back
+    start = time.perf_counter()
+    _sh(str(KEA_CTL), "reload", str(conf), str(previous), timeout=300)
+    with_previous = time.perf_counter() - start
+    start = time.perf_counter()
+    held = len(json.loads(_sh(str(KEA_CTL), "leases", str(conf), timeout=300).stdout)["leases"])
+    get_all = time.perf_counter() - start
+    conf.write_text(changed)
+    start = time.perf_counter()
+    _sh(str(KEA_CTL), "reload", str(conf), timeout=300)
+    without = time.perf_counter() - start
+    what = f"one reservation changed, {held:,} leases held"
+    return [
+        (section, f"kea-ctl reload, {what}: with the file Kea ran before", with_previous, "s",
+         ""),
+        (section, f"kea-ctl reload, {what}: without it (every lease read)", without, "s", ""),
+        (section, f"lease4-get-all of {held:,} leases (kea-ctl leases)", get_all, "s", ""),
+        *round_rows(section, state, conf, [r["ip-address"] for r in reserved], held),
+    ]  # fmt: skip
+
+
+def round_rows(section: str, state: Path, conf: Path, addresses: list[str], held: int) -> list[Row]:
+    """The portal's 15 s lease round as the host's agent answers it (`dhcp-leases`, in this
+    process): in full (no cursor: lease4-get-all), from the cursor with nothing changed, and
+    from the cursor after 100 leases were renewed (lease4-update: a later expiry, one lease
+    file line each); time of the verb and the bytes of its answer line."""
+    declared = state / "artefacts.json"
+    declared.write_text(json.dumps({"kea-dhcp4": {"path": str(conf), "check": ["true", "{file}"]}}))
+    (state / "agent").mkdir(exist_ok=True)  # the agent's state directory (`--state-dir`)
+    agent = AgentHost(state / "agent", "bench", artefacts_file=declared)
+    agent.artefacts = load_artefacts(declared)
+    sock = str(state / "kea4.sock")
+
+    def one(args: dict) -> tuple[float, int, dict]:
+        start = time.perf_counter()
+        answer = host_kea.dhcp_leases(agent, args)
+        line = json.dumps(answer, separators=(",", ":"))
+        return time.perf_counter() - start, len(line), answer
+
+    full_s, full_b, answer = one({})
+    cursor = answer["cursor"]
+    since = {"since_inode": cursor[0], "since_offset": cursor[1], "since_check": cursor[2]}
+    same_s, same_b, answer = one(since)
+    if answer["full"] or answer["leases"]:
+        raise RuntimeError(f"nothing changed, yet the round sent {len(answer['leases'])} leases")
+    expire = int(time.time()) + 7200
+    for address in addresses[:: max(1, len(addresses) // 100)][:100]:
+        host_kea.command(sock, "lease4-update", {
+            "ip-address": address, "hw-address": _lease_mac(sock, address), "subnet-id": 1,
+            "valid-lft": 3600, "expire": expire})  # fmt: skip
+    hundred_s, hundred_b, answer = one(since)
+    if answer["full"] or len(answer["leases"]) != 100:
+        raise RuntimeError(f"100 renewed, the round sent {len(answer['leases'])} leases")
+    what = f"a lease round (dhcp-leases), {held:,} leases held"
+    return [
+        (section, f"{what}: in full (no cursor: lease4-get-all)", full_s, "s", ""),
+        (section, f"{what}: in full, answer size", full_b / 1e6, "MB", ""),
+        (section, f"{what}: from the cursor, nothing changed", same_s, "s", ""),
+        (section, f"{what}: from the cursor, nothing changed, answer size", same_b / 1e3, "kB",
+         ""),
+        (section, f"{what}: from the cursor, 100 leases renewed", hundred_s, "s", ""),
+        (section, f"{what}: from the cursor, 100 leases renewed, answer size", hundred_b / 1e3,
+         "kB", ""),
+    ]  # fmt: skip
+
+
+def _lease_mac(sock: str, address: str) -> str:
+    return host_kea.command(sock, "lease4-get", {"ip-address": address})["arguments"]["hw-address"]
 
 
 def perfdhcp_rows(section: str) -> list[Row]:
@@ -232,6 +384,7 @@ def run_benchmarks(members: list[int], kea: bool = True) -> list[Row]:
     rows: list[Row] = []
     for n in members:
         rows += compile_rows(n)
+        rows += device_rows(n)
         if kea:
             rows += kea_rows(n)
     return rows

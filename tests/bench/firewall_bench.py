@@ -1,6 +1,7 @@
 """Database -> snapshot -> nft text for seed_demo databases, against a COPY floor.
 
 Run by tests/bench/run.py in a subprocess with DATABASE_URL set; prints one JSON object.
+With `--delta`, only the delta path's figures (`delta_bench`), without namespaces.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -55,10 +58,12 @@ def rss_mb() -> float:
     return 0.0
 
 
-def host_apply(snap_host, full, add_step, class_step) -> dict[str, float]:
+def host_apply(snap_host, full, add_step, class_step, reshaped) -> dict[str, float]:
     """On a fresh namespace (pl-cbdb*) with the host's links: `nft -f` of the full text and the
-    full tc batch, then the one-element increment (and its reverse, so the next round adds
-    again) and the one-class tc change (forth and back), five times each."""
+    full tc batch (the first load after a boot: the tree built anew), the next full tree (one
+    class changed) the way the host agent loads a full tree (it keeps the tree:
+    tests.bench.tc_keep_load), then the one-element increment (and its reverse, so the next
+    round adds again) and the one-class tc change (forth and back), five times each."""
     ns = f"pl-cbdb{os.getpid() % 1000}"
     result: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="pl-cbench-") as tmp, namespaces(ns):
@@ -71,6 +76,14 @@ def host_apply(snap_host, full, add_step, class_step) -> dict[str, float]:
         start = time.perf_counter()
         _run("tc", "-batch", full_tc, ns=ns, timeout=900)
         result["tc_load"] = time.perf_counter() - start
+        agent = subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-m", "tests.bench.tc_keep_load",
+             _write(tmp, "next.tc", reshaped.tc), os.path.join(tmp, "agent")],
+            check=True, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        keep = json.loads(agent.stdout.strip().splitlines()[-1])
+        result["tc_keep"], result["tc_keep_plan"] = keep["wall"], keep["plan"]
+        result["tc_keep_kept"] = len(keep["kept"])
         forth = _write(tmp, "add.nft", add_step[0].nft)
         back = _write(tmp, "del.nft", add_step[1].nft)
         adds = []
@@ -90,6 +103,53 @@ def host_apply(snap_host, full, add_step, class_step) -> dict[str, float]:
         result["class_best"] = min(changes)
         result["class_median"] = statistics.median(changes)
     return result
+
+
+def delta_bench(
+    host, forward_id: int, one_change, buildings: set[int] | None = None
+) -> dict[str, object]:
+    """The delta path (workers/ruleset/delta.py): the base built from a full compile, then
+    one member's change compiled from that member alone: read by id + its increment, ten
+    rounds (a forward switched off and on); the base's digest is then compared with a fresh
+    full compile's."""
+    from apps.firewall.snapshot import (
+        firewall_snapshot_build,
+        snapshot_data_read,
+        snapshot_members_read,
+    )
+    from apps.network.models import PortForward
+    from workers.ruleset import build
+    from workers.ruleset.delta import DeltaBase, content_digest, delta_step
+
+    member_id = PortForward.objects.get(pk=forward_id).member_id
+    snap = firewall_snapshot_build(host=host, data=snapshot_data_read())
+    ruleset = build(snap)
+    start = time.perf_counter()
+    base = DeltaBase.from_ruleset(snap, ruleset)
+    base_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    content_digest(ruleset)
+    digest_seconds = time.perf_counter() - start
+    totals, reads, elements = [], [], 0
+    for _ in range(10):  # an even number: the forward ends enabled
+        one_change()
+        start = time.perf_counter()
+        changed = snapshot_members_read([member_id], buildings=buildings)
+        read = time.perf_counter() - start
+        step = delta_step(base, changed)
+        totals.append(time.perf_counter() - start)
+        reads.append(read)
+        elements = max(elements, step.added + step.deleted)
+    fresh = build(firewall_snapshot_build(host=host, data=snapshot_data_read()))
+    return {
+        "delta_best": min(totals),
+        "delta_median": statistics.median(totals),
+        "delta_read_median": statistics.median(reads),
+        "delta_elements": elements,
+        "delta_base": base_seconds,
+        "delta_digest": digest_seconds,
+        "delta_equal": base.digest == content_digest(fresh),
+    }
 
 
 def main() -> None:
@@ -133,6 +193,10 @@ def main() -> None:
             cursor.execute(
                 "UPDATE network_portforward SET enabled = NOT enabled WHERE id = %s", [forward_id]
             )
+
+    if "--delta" in sys.argv:  # the delta path alone (no namespace, seconds instead of minutes)
+        print(json.dumps(delta_bench(host, forward_id, one_change)))  # noqa: T201
+        return
 
     rss_base = rss_mb()
     snapshot_cache_clear()
@@ -182,7 +246,8 @@ def main() -> None:
     class_step = (diff(full, reshaped), diff(reshaped, full))
     if None in add_step or None in class_step:
         raise RuntimeError("one forward or one class should be an incremental change")
-    applied = host_apply(with_snap.host, full, add_step, class_step)
+    applied = host_apply(with_snap.host, full, add_step, class_step, reshaped)
+    delta = delta_bench(host, forward_id, one_change)
     rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     tables = [Member._meta.db_table, "members_room"]
@@ -231,6 +296,7 @@ def main() -> None:
                 "add_bytes": len(add_step[0].nft),
                 "class_lines": class_step[0].classes_changed,
                 **applied,
+                **delta,
             }
         )
     )

@@ -102,20 +102,20 @@ def main() -> None:
         subprocess.run([*LAB, "down"], check=False, capture_output=True)
 
 
-def _bench_member(Member):
+def _bench_member(Member, buildings=None):
     """A networked seed_demo member with a public IPv4 and a device outside the lab's own
     10.100.0.0/16 and management ranges (demo data, PORTAL_BENCH_DEMO: seed_demo puts small
-    runs into the lab's ranges, so a device in 10.100.0.0/16 is what it uses)."""
+    runs into the lab's ranges, so a device in 10.100.0.0/16 is what it uses); with
+    `buildings`, one living in them (the lab pair's site)."""
     import ipaddress
 
     lab = [ipaddress.ip_network("10.255.0.0/16")]
     if not os.environ.get("PORTAL_BENCH_DEMO"):
         lab.append(ipaddress.ip_network("10.100.0.0/16"))
-    for member in (
-        Member.objects.filter(status="active", public_ipv4__isnull=False)
-        .select_related("public_ipv4")
-        .order_by("id")[:200]
-    ):
+    members = Member.objects.filter(status="active", public_ipv4__isnull=False)
+    if buildings is not None:
+        members = members.filter(room__building__in=buildings)
+    for member in members.select_related("public_ipv4").order_by("id")[:200]:
         for device in member.devices.exclude(ipv4=None).order_by("id"):
             address = ipaddress.ip_address(device.ipv4)
             if not any(address in net for net in lab):
@@ -150,8 +150,15 @@ def run(
     port_forward_create,
     device_add,
     member_active,
+    *,
+    prepare=None,
+    finish=None,
 ):
-    """The measurements (the lab is up; the database holds seed_demo's 20,000 members)."""
+    """The measurements (the lab is up; the database holds seed_demo's 20,000 members).
+    `prepare`, when given, runs once the lab's hosts are registered and returns the buildings
+    the bench member lives in and figures for the result (tests/bench/sites_pipeline_bench.py:
+    the lab pair becomes one site's, the other sites' hosts are loaded); `finish`, when given,
+    returns figures read right before the result is printed."""
     from apps.firewall.models import Site
     from apps.members.models import Member
 
@@ -160,12 +167,13 @@ def run(
     # site's member network spans them, so every device is a DHCP reservation of the bundle.
     Site.objects.update(member_network4="10.0.0.0/8", gateway4="10.100.0.1")
     NetworkSettings.objects.filter(pk=1).update(port_forward_limit=500)
-    member, device = _bench_member(Member)
+    buildings, prepared = prepare() if prepare else (None, {})
+    member, device = _bench_member(Member, buildings)
     public = member.public_ipv4.address
     _routes(device.ipv4, public)
     started = time.monotonic()
     call_command("firewall_push", now=True, stdout=open(os.devnull, "w"))  # noqa: SIM115
-    result: dict[str, object] = {"full_push": time.monotonic() - started}
+    result: dict[str, object] = {"full_push": time.monotonic() - started, **prepared}
     result["members"] = Member.objects.filter(status__in=("active", "test")).count()
     server = subprocess.Popen(
         ["ip", "netns", "exec", "pl-dorm", "python3", "-c", SERVER, device.ipv4]
@@ -181,6 +189,10 @@ def run(
     worker_started = time.monotonic()
     worker = subprocess.Popen(
         [
+            sys.executable,
+            "-m",
+            "apps.infra.handover",  # as deploy/systemd and the Procfile run it
+            "--",
             str(Path(sys.executable).with_name("celery")),
             "-A",
             "portal",
@@ -225,6 +237,7 @@ def run(
         from django.utils import timezone
 
         first_change_at = timezone.now()
+        changes_log_at = len(log.read_text())
         for n in range(20):
             port = 9000 + n
             started = time.monotonic()
@@ -254,11 +267,14 @@ def run(
         result["p95"] = latencies[int(0.95 * (len(latencies) - 1))]
         result["max"] = latencies[-1]
         result["profile"] = _profile(first_change_at)
+        result["profile"].update(_run_phases(_synced(log, changes_log_at)))
         result["loadavg"] = os.getloadavg()
+        worker = _restart(worker, log, result, client, device, public)
         if os.environ.get("PORTAL_BENCH_NO_BURST"):
             return
         host = FirewallHost.objects.order_by("rollout_order").first()
         before = RuleSetVersion.objects.filter(host=host).count()
+        log_at = len(log.read_text())
         started = time.monotonic()
         created = []
         for n in range(200):
@@ -285,6 +301,7 @@ def run(
         result["burst_all_live"] = time.monotonic() - started
         result["burst_answering"] = all(answers(public, 20000 + n) for n in (0, 99, 199))
         result["burst_rollouts"] = RuleSetVersion.objects.filter(host=host).count() - before
+        result["burst_runs"] = _synced(log, log_at)  # the burst's profile: each run's phases
         result["worker_log_tail"] = log.read_text()[-1500:] if result["p95"] > 2 else ""
     finally:
         worker.terminate()
@@ -293,7 +310,87 @@ def run(
         server.wait(timeout=5)
         if not os.environ.get("PORTAL_BENCH_KEEP_LOG"):  # set it to read the worker's timings
             log.unlink(missing_ok=True)
+        if finish:
+            result.update(finish())
         print(json.dumps(result))  # noqa: T201
+
+
+def _restart(worker, log: Path, result: dict, client, device, public: str):
+    """The first change after a firewall worker restart, as an operator restarts it: SIGHUP to
+    the handover supervisor (`systemctl reload portal-firewall`; apps/infra/handover.py), which
+    starts a new worker and stops the old one once the new one is warm; a forward created right
+    at that moment; time from that API call to the forward answering, and from the reload to
+    the new worker taking tasks."""
+    import signal
+
+    readies = log.read_text().count(" ready.")
+    started = time.monotonic()
+    worker.send_signal(signal.SIGHUP)
+    response = client.post(
+        "/api/port-forwards/",
+        {"device": device.pk, "protocol": "tcp", "public_ports": "9100", "target_ports": "80"},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    probe = subprocess.run(
+        ["ip", "netns", "exec", "pl-inet", "/usr/bin/python3", "-c", PROBE, public],
+        input="9100\n", capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    answered = float(probe.stdout.strip() or -1)
+    result["restart_first"] = answered - started if answered > 0 else 30.0
+    deadline = time.monotonic() + 90
+    while log.read_text().count(" ready.") <= readies and time.monotonic() < deadline:
+        time.sleep(0.05)
+    result["restart_ready_seconds"] = time.monotonic() - started
+    # Where the restart's time goes: the worker's own log (workers/firewall.py).
+    result["restart_warm"] = _logged(log, "firewall.warm_wait")
+    result["restart_warm_parts"] = str(_logged(log, "firewall.snapshot_cache_warm") or "")
+    result["restart_catch_up"] = str(_logged(log, "firewall.handover_catch_up") or "")
+    return worker
+
+
+def _synced(log: Path, after: int) -> list[dict]:
+    """The `seconds` of each firewall.synced line of the worker's log after character `after`
+    (where a run's time went: read, delta/compile and push per host, texts, delta, ...)."""
+    import ast
+    import re
+
+    runs = []
+    for line in log.read_text()[after:].splitlines():
+        if "firewall.synced" not in line:
+            continue
+        if line.lstrip().startswith("{"):
+            runs.append(json.loads(line).get("seconds") or {})
+        elif match := re.search(r"seconds=(\{[^}]*\})", line):
+            runs.append(ast.literal_eval(match.group(1)))
+    return runs
+
+
+def _logged(log: Path, event: str):
+    """`seconds` of the last `event` line of the worker's log (JSON or console lines)."""
+    import ast
+    import re
+
+    found = None
+    for line in log.read_text().splitlines():
+        if event not in line:
+            continue
+        if line.lstrip().startswith("{"):
+            found = json.loads(line).get("seconds")
+        elif match := re.search(r"seconds=(\{[^}]*\}|[0-9.]+)", line):
+            found = ast.literal_eval(match.group(1))
+    return found
+
+
+def _run_phases(runs: list[dict]) -> dict[str, float]:
+    """Medians over the worker's site runs of each phase's seconds (`site_sync`'s timings:
+    the database read, each host's delta or compile, the rollout, the whole run)."""
+    phases: dict[str, list[float]] = {}
+    for run in runs:
+        for key, value in run.items():
+            if key != "reused":
+                phases.setdefault(key, []).append(float(value))
+    return {f"worker run: {key}": statistics.median(v) for key, v in sorted(phases.items())}
 
 
 def _profile(since) -> dict[str, float]:

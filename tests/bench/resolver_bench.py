@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 from workers.ruleset import Host, Policy, Snapshot, compile_snapshot
-from workers.ruleset.unbound import Resolver, unbound_config
+from workers.ruleset.host import Resolver
+from workers.ruleset.unbound import unbound_config
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ["bash", str(ROOT / "deploy/lab/lab.sh")]

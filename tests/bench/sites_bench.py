@@ -1,6 +1,6 @@
 """Sites: 100,000 members across 5 sites of 20,000 (seed_demo --sites 5), portal-wide figures
-(one traffic reading of every host, the health samples of a round) and one site's steady
-compile of a member's change.
+(one traffic reading of every host, the health samples of a round, one lease reading of every
+host) and one site's steady compile of a member's change.
 
 Run by tests/bench/run.py in a subprocess with DATABASE_URL set to the seed_demo database of
 100,000 members with its five sites demo-1 .. demo-5 (two hosts each); prints one JSON object.
@@ -11,7 +11,8 @@ in and out; every key has traffic. Each host's answer is the JSON the helper's v
 portal's time for a host is the answer's parse (json + traffic_reply_parse) plus traffic_store.
 A first reading (every key new), then a next one (every key changed): the sum over the ten
 hosts is the portal time of one interval. Health: one sample per host stored through the health
-service's store (ten rows per round, whatever the member count). Compile: the worker's steady
+service's store (ten rows per round, whatever the member count). Leases: see `leases` (every
+networked device's lease, read from the pair's two hosts; every 15 s in production). Compile: the worker's steady
 state as in "Firewall compile from the database" (the cache warm, one forward switched, then
 database -> snapshot and database -> text for one host), for a host of demo-1 (20,000 members
 in its site, 100,000 portal-wide) and for a host serving every building (100,000 in its site).
@@ -22,6 +23,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import statistics
 import time
 
 import django
@@ -85,6 +87,81 @@ def traffic(sites) -> dict:
     return out
 
 
+def leases(sites) -> dict:
+    """One lease reading of every host: each site's networked devices hold a lease (their
+    reserved address, 1 h), split between the pair's two hosts (both answer; whichever answered
+    first holds the lease). The answer as the helper's `dhcp-leases` verb sends it, parsed
+    (lease_rows_parse) and merged (leases_store), per host: a first reading (every lease new),
+    the same leases again (the common case every 15 s: nothing renewed), then every lease
+    renewed (the worst case: a mass reconnect)."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    from apps.dhcp.models import Lease, LeaseCursor
+    from apps.dhcp.services import lease_round_store, lease_rows_parse, leases_store
+    from apps.firewall.models import FirewallHost
+    from apps.members.choices import NETWORKED_STATUSES
+    from apps.network.models import Device
+
+    now = int(timezone.now().timestamp())
+    answers: list[tuple[FirewallHost, list]] = []
+    for site in sites:
+        pair = list(FirewallHost.objects.filter(site=site).order_by("name")[:2])
+        held: list[list] = [[], []]
+        devices = Device.objects.filter(
+            member__room__building__in=site.buildings.all(),
+            member__status__in=NETWORKED_STATUSES,
+            ipv4__isnull=False,
+        ).order_by("id")
+        for i, (ipv4, mac, name) in enumerate(devices.values_list("ipv4", "mac", "name")):
+            held[i % 2].append([str(ipv4), str(mac), now - 600, 3600, name, 0])
+        answers += [(host, rows) for host, rows in zip(pair, held, strict=True)]
+    names = [h.name for h, _ in answers]
+    Lease.objects.filter(host_name__in=names).delete()
+    out: dict = {"hosts": len(answers), "leases": sum(len(r) for _, r in answers)}
+    for label, shift in (("first", 0), ("same", 0), ("renewed", 1800)):
+        parse_s = store_s = worst = 0.0
+        written = 0
+        for host, rows in answers:
+            raw = json.loads(json.dumps([[a, m, c + shift, v, n, s] for a, m, c, v, n, s in rows]))
+            start = time.perf_counter()
+            parsed, _skipped = lease_rows_parse(raw)
+            mid = time.perf_counter()
+            written += leases_store(host=host, rows=parsed)
+            done = time.perf_counter()
+            parse_s += mid - start
+            store_s += done - mid
+            worst = max(worst, done - start)
+        out[label] = {"parse": parse_s, "store": store_s, "worst_host": worst, "written": written}
+    out["rows"] = Lease.objects.filter(host_name__in=names).count()
+    # Rounds from the cursor (issue 26): the host's answer holds only what Kea wrote since the
+    # last stored round; nothing, or 100 leases renewed on each host, stored as one round each
+    # (lease_round_store: parse, merge, the cursor moved).
+    out["full_bytes"] = sum(
+        len(json.dumps({"full": True, "leases": rows, "gone": [], "cursor": [1, 1, 1]},
+                       separators=(",", ":")))
+        for _, rows in answers
+    )  # fmt: skip
+    for label, count in (("cursor_none", 0), ("cursor_100", 100)):
+        seconds = worst = 0.0
+        size = written = 0
+        for host, rows in answers:
+            changed = [[a, m, c + 3600, v, n, s] for a, m, c, v, n, s in rows[:count]]
+            line = json.dumps({"full": False, "leases": changed, "gone": [],
+                               "cursor": [1, 1 + count, 1]}, separators=(",", ":"))  # fmt: skip
+            size += len(line)
+            start = time.perf_counter()
+            written += lease_round_store(host=host, data=json.loads(line)).written
+            took = time.perf_counter() - start
+            seconds += took
+            worst = max(worst, took)
+        out[label] = {"seconds": seconds, "worst_host": worst, "bytes": size, "written": written}
+    out["interval"] = settings.PORTAL_DHCP_LEASE_INTERVAL
+    LeaseCursor.objects.filter(host__name__in=names).delete()
+    Lease.objects.filter(host_name__in=names).delete()
+    return out
+
+
 def health(sites) -> dict:
     from apps.firewall.models import FirewallHost
     from apps.health.models import HostHealthSample
@@ -107,16 +184,28 @@ def health(sites) -> dict:
 
 
 def steady_compile(host) -> dict:
+    """One member's change on `host` (a saved FirewallHost): the full path (the worker's steady
+    state before the delta path: the cache warm, database -> snapshot -> text), the delta path
+    as firewall_bench --delta measures it (the member read by id + `delta_step`), and the
+    worker's own `delta_compile` as a change's run calls it (apps/firewall/compiled.py: the read
+    of the members changed since the last read, the host's snapshot, the changed members found,
+    the step, the version row), each over a forward switched off and on."""
     from django.db import connection, transaction
     from django.db.models import F
 
+    from apps.firewall.choices import PushStatus
+    from apps.firewall.compiled import delta_compile
+    from apps.firewall.memo import PUSH_MEMO, DeltaState
+    from apps.firewall.models import RuleSetVersion
     from apps.firewall.snapshot import (
         firewall_snapshot_build,
         snapshot_cache_clear,
         snapshot_data_read,
     )
     from apps.network.models import PortForward
-    from workers.ruleset import compile_snapshot
+    from tests.bench.firewall_bench import delta_bench
+    from workers.ruleset import build, compile_snapshot
+    from workers.ruleset.delta import DeltaBase
 
     buildings = list(host.site.buildings.values_list("pk", flat=True)) if host.site_id else []
     forwards = PortForward.objects.filter(
@@ -146,7 +235,38 @@ def steady_compile(host) -> dict:
         totals.append(time.perf_counter() - start)
         members = len(snap.members)
     one_change()
-    return {"members": members, "read": min(reads), "total": min(totals)}
+    out = {"members": members, "read": min(reads), "total": min(totals)}
+    out.update(delta_bench(host, forward_id, one_change, buildings=set(buildings)))
+
+    # The worker's delta_compile: the host runs the version the base describes (as after a
+    # confirmed full push); each step's version is "confirmed" at once, as the push would.
+    snap = firewall_snapshot_build(host=host, data=snapshot_data_read())
+    base = DeltaBase.from_ruleset(snap, build(snap))
+    host.push_status, host.applied_checksum = PushStatus.APPLIED, "bench-base"
+    PUSH_MEMO.delta[host.pk] = DeltaState("bench-base", base, snap, {})
+    worker, reads, stepped = [], [], 0
+    try:
+        for _ in range(10):
+            one_change()
+            start = time.perf_counter()
+            data = snapshot_data_read(since_last=True)  # as a change's run reads
+            read = time.perf_counter() - start
+            version = delta_compile(host=host, data=data, cause="bench")
+            worker.append(time.perf_counter() - start)
+            reads.append(read)
+            if version is not None and hasattr(version, "delta_increment"):
+                stepped += 1
+                host.applied_checksum = version.content_hash
+    finally:
+        PUSH_MEMO.delta.pop(host.pk, None)
+        RuleSetVersion.objects.filter(host=host, cause="bench").delete()
+    out.update(
+        worker_median=statistics.median(worker),
+        worker_best=min(worker),
+        worker_read_median=statistics.median(reads),
+        worker_steps=stepped,
+    )
+    return out
 
 
 def main() -> None:
@@ -160,17 +280,21 @@ def main() -> None:
     # A host serving every building (a site without buildings), shaped as a big site is (mq).
     everything, _ = Site.objects.get_or_create(name="bench-all")
     everything.buildings.clear()
-    wide = FirewallHost(
-        name="bench-all", address="127.0.0.1", site=everything, shaping_root="mq", tx_queues=8
-    )
+    FirewallHost.objects.filter(name="bench-all").delete()
+    wide = FirewallHost.objects.create(
+        name="bench-all", address="127.0.0.1", site=everything, shaping_root="mq", tx_queues=8,
+        enabled=False,
+    )  # fmt: skip
     result = {
         "members": Member.objects.count(),
         "sites": len(sites),
         "traffic": traffic(sites),
         "health": health(sites),
+        "leases": leases(sites),
         "compile_site": steady_compile(site_host),
         "compile_all": steady_compile(wide),
     }
+    wide.delete()
     print(json.dumps(result))  # noqa: T201
 
 

@@ -12,14 +12,27 @@ parsing, system time the kernel (rtnl, the qdisc). Layouts: `htb` (one HTB root 
 tc -batch: what the compiler emits by default), `mqN` (mq and one HTB per queue, one batch: the
 compiler's mq layout with N queues), `... x2` (the same text as one batch per link, both running
 at once: rtnl serialises them). Then the member classes once more onto the tree just built
-(`class replace` of classes that exist): what a full load costs that keeps the tree. No filters in any: the nft `shape` chain classifies
+(`class replace` of classes that exist), and the next compile's tree (5 % of the members gone,
+5 % new, 5 % with another profile) loaded the way the host agent loads a full tree
+(`tests.bench.tc_keep_load`: portal_fw.tc.apply, which keeps the tree when the layout is the
+same: docs/ruleset.md "Shaping classes"). No filters in any: the nft `shape` chain classifies
 (`meta priority set` map), so there is no tc filter to scale.
+
+What might cut the first (fresh) build, measured beside it: the member classes added in another
+order (descending, shuffled) at 25,000 classes (mq8), and 12,500 fresh classes loaded onto a
+third link while 0 or 50,000 classes exist on the other two (the walk a new class pays is over
+the blocks of the whole host, not of its qdisc).
+
+At the largest size, the mq layouts also time a layout change's halves (`layout_change`): the
+tree dropped to pfifo as the host agent's plan did before, the tree built anew by the host
+agent, and that tree dropped as the plan does now (docs/ruleset.md, "Shaping classes").
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -28,6 +41,7 @@ import time
 from tests.bench.ruleset_bench import _run, namespaces
 from workers.ruleset.ir import HtbClass, Shaper
 from workers.ruleset.render import class_line, shaper_roots
+from workers.ruleset.shaping import queue_majors
 from workers.ruleset.snapshot import ShapingRoot
 
 NS = "pl-cbtc"
@@ -46,13 +60,26 @@ PROFILES = ((2_000, 4_000), (10_000, 20_000), (50_000, 100_000))
 LIMIT = 300  # seconds for one batch: a layout slower than this is reported as such
 
 
-def batch(dev: str, root: ShapingRoot, classes: int, queues: int) -> str:
-    majors = [0x100 + q for q in range(queues)] if root is ShapingRoot.MQ else [0x1]
-    members = [
-        HtbClass(majors[m % len(majors)], 0x10 + m, *PROFILES[m % len(PROFILES)])
-        for m in range(classes)
-    ]
+def batch(
+    dev: str, root: ShapingRoot, classes: int, queues: int, nxt: bool = False, order: str = ""
+) -> str:
+    """The compiler's full tree of `classes` members on `dev`; `nxt`: the next compile's (5 %
+    gone, 5 % new, 5 % on another profile); `order`: the member classes descending or shuffled
+    instead of the compiler's order."""
+    majors = list(queue_majors(queues)) if root is ShapingRoot.MQ else [0x1]
+    ids = list(range(classes))
+    profile = {m: m % len(PROFILES) for m in ids}
+    if nxt:
+        step = 20  # every 20th member goes, every 20th (offset) changes, 5 % new ones
+        ids = [m for m in ids if m % step] + list(range(classes, classes + classes // step))
+        profile.update({m: (m + 1) % len(PROFILES) for m in ids if m % step == 7})
+        profile.update({m: m % len(PROFILES) for m in ids if m >= classes})
+    members = [HtbClass(majors[m % len(majors)], 0x10 + m, *PROFILES[profile[m]]) for m in ids]
     sh = Shaper(dev=dev, root=root, queues=queues, link_kbit=10_000_000, classes=tuple(members))
+    if order == "descending":
+        members.reverse()
+    elif order == "shuffled":
+        random.Random(26).shuffle(members)  # noqa: S311 (an order, not a secret)
     return "".join(shaper_roots(sh)) + "".join(class_line("replace", dev, c) for c in members)
 
 
@@ -100,6 +127,76 @@ def cpu_of(paths: list[str]) -> dict:
     return out
 
 
+def keep_load(tmp: str, texts: list[str]) -> dict:
+    """The next compile's tree loaded the way the host agent loads a full tree."""
+    path = os.path.join(tmp, "next.tc")
+    with open(path, "w") as f:
+        f.write("".join(texts))
+    out = subprocess.run(
+        ["ip", "netns", "exec", NS, sys.executable, "-m", "tests.bench.tc_keep_load", path,
+         os.path.join(tmp, "agent")],
+        check=False, capture_output=True, text=True, timeout=LIMIT,
+    )  # fmt: skip
+    if out.returncode:
+        return {"wall": 0.0, "plan": 0.0, "sys": 0.0, "kept": [], "failed": out.stderr[-300:]}
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "failed": ""}
+
+
+def drop(tmp: str, devs: tuple[str, ...]) -> dict:
+    """Every link dropped to pfifo, in the order given (what a layout change does first)."""
+    path = os.path.join(tmp, "drop.tc")
+    with open(path, "w") as f:
+        f.writelines(f"qdisc replace dev {dev} root pfifo limit 1000\n" for dev in devs)
+    return cpu_of([path])
+
+
+def layout_change(tmp: str, texts: list[str]) -> dict:
+    """A layout change's two halves on the tree the keep load left: the old tree dropped as
+    the host agent's plan did before (link after link, a tree made in the compiler's
+    interleaved order), the tree built anew by the host agent (portal_fw.tctree: classes grouped
+    by HTB, the last queue's first), and that tree dropped as the plan does now (the last
+    link first)."""
+    before = drop(tmp, DEVS)
+    built = keep_load(tmp, texts)
+    return {"drop_before": before, "built": built, "drop_now": drop(tmp, DEVS[::-1])}
+
+
+def first_build(tmp: str) -> list[dict]:
+    """What might cut the fresh build: another order of the classes; and the same fresh load
+    with and without other classes on the host."""
+    results = []
+    per = 12_500
+    for order in ("", "descending", "shuffled"):
+        path = os.path.join(tmp, "order.tc")
+        with open(path, "w") as f:
+            f.write("".join(batch(dev, ShapingRoot.MQ, per, 8, order=order) for dev in DEVS))
+        links(8)
+        r = cpu_of([path])
+        r.update(kind="order", order=order or "ascending (the compiler's)", classes=2 * per)
+        results.append(r)
+        print(json.dumps(r), file=sys.stderr, flush=True)  # noqa: T201
+    for beside in (0, 50_000):
+        links(8)
+        if beside:
+            path = os.path.join(tmp, "beside.tc")
+            with open(path, "w") as f:
+                f.write("".join(batch(d, ShapingRoot.MQ, beside // 2, 64) for d in DEVS))
+            links(64)
+            load([path])
+        _run("ip", "link", "del", "third0", ns=NS, check=False)
+        _run("ip", "link", "add", "third0", "numtxqueues", "8", "type", "veth", "peer", "name",
+             "pl-pthird0", "numtxqueues", "8", ns=NS)  # fmt: skip
+        path = os.path.join(tmp, "third.tc")
+        with open(path, "w") as f:
+            f.write(batch("third0", ShapingRoot.MQ, per, 8))
+        r = cpu_of([path])
+        r.update(kind="beside", beside=beside, classes=per)
+        results.append(r)
+        print(json.dumps(r), file=sys.stderr, flush=True)  # noqa: T201
+        _run("ip", "link", "del", "third0", ns=NS, check=False)
+    return results
+
+
 def main() -> None:
     sizes = [int(s) for s in os.environ.get("TC_CLASSES", "12500,25000,50000").split(",")]
     results = []
@@ -138,8 +235,16 @@ def main() -> None:
                         and not line.split(" classid ")[1].split()[0].endswith(":2")
                     )
                 r["again"] = cpu_of([again])
+                if not parallel:
+                    r["keep"] = keep_load(
+                        tmp, [batch(dev, root, per, queues, nxt=True) for dev in DEVS]
+                    )
+                if not parallel and total == max(sizes) and root is ShapingRoot.MQ:
+                    r.update(layout_change(tmp, texts))
                 results.append(r)
                 print(json.dumps(r), file=sys.stderr, flush=True)  # noqa: T201
+        if os.environ.get("TC_FIRST_BUILD", "1") == "1":
+            results += first_build(tmp)
     print(json.dumps({"results": results}))  # noqa: T201
 
 

@@ -5,12 +5,13 @@ Run by tests/bench/run.py in a subprocess (root, for the namespaces) with DATABA
 seed_demo scratch database of the same size; prints one JSON object.
 
 Method. Host: the synthetic snapshot of N members (tests/bench/synthetic.py) compiled twice,
-with the accounting sets and chain and without (the IR minus acct* sets and the `account`
-chain), each loaded with `nft -f` into a fresh namespace (pl-cbt*) with the host's links, best
+with the accounting sets and chain and without (the IR minus the acct*_in sets, the counters of
+the acct*_out sets, which stay as anti-spoofing's sets, and the `account` chains), each loaded with `nft -f` into a fresh namespace (pl-cbt*) with the host's links, best
 of 3. Every accounting element is then given a counter value (as if each key had traffic) and
 the helper's `traffic` verb runs in the namespace (state dir in a tmp dir): its time (best of
 3) and the size of its answer; then a full replacement through the helper's own path that
-carries the counters (read + fold before `nft -f`), against the same replacement without them.
+carries the counters (read + fold before the load), against the same replacement without them
+(both by the agent's loader, portal_fw/loader.py, timed to its answer).
 Portal: every device of the seed_demo database gets IPv4 in/out rows and every /64 IPv6
 in/out rows; the answer's parse (JSON + traffic_reply_parse) is timed, then `traffic_store`
 stores the first reading (every key new) and a second one (every
@@ -24,6 +25,7 @@ import ipaddress
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +37,7 @@ from tests.bench.ruleset_bench import _host_links, _run, _write, namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = ROOT / "deploy" / "firewall" / "portal-fw"  # the agent's entry point
+LOADER = ROOT / "deploy" / "firewall" / "portal_fw" / "loader.py"
 
 
 def best(fn, rounds: int = 3):
@@ -49,11 +52,25 @@ def best(fn, rounds: int = 3):
 def without_accounting(ruleset):
     from workers.ruleset.ir import Table
 
+    # The `out` sets are also the anti-spoofing sets (chains look them up): they stay, as plain
+    # sets without counters; the `in` sets and the account chains go.
     tables = tuple(
         dataclasses.replace(
             t,
-            sets=tuple(s for s in t.sets if not s.name.startswith("acct")),
-            chains=tuple(c for c in t.chains if not c.name.startswith("account")),
+            sets=tuple(
+                dataclasses.replace(s, extra=tuple(x for x in s.extra if x != "counter"))
+                if s.name.startswith("acct")
+                else s
+                for s in t.sets
+                if not (s.name.startswith("acct") and s.name.endswith("_in"))
+            ),
+            chains=tuple(
+                dataclasses.replace(
+                    c, rules=tuple(r for r in c.rules if not ACCOUNT_JUMP.fullmatch(r.strip()))
+                )
+                for c in t.chains
+                if not c.name.startswith("account")
+            ),
         )
         for t in ruleset.tables
         if isinstance(t, Table)
@@ -61,6 +78,7 @@ def without_accounting(ruleset):
     return dataclasses.replace(ruleset, tables=tables)
 
 
+ACCOUNT_JUMP = re.compile(r"(?:goto|jump) account_\w+")  # into the chains left out
 COUNTED_SET = re.compile(r"(\tset acct\w+ \{\n(?:\t\t[^\n]*\n)*?\t\telements = \{)(.*?)(\})", re.S)
 
 
@@ -133,10 +151,19 @@ def host_side(members: int) -> dict:
             out["verb_seconds"] = seconds
             out["answer_bytes"] = len(answer)
             out["rows"] = sum(len(rows) for rows in data["sets"].values())
-            # A full replacement as the helper makes it (read + fold, then nft -f), and bare.
+            # A full replacement as the helper makes it (read + fold, then its loader), and
+            # bare (the loader alone). Both to the loader's answer (the kernel committed), not
+            # to its exit (the kernel freeing the old table: portal_fw/loader.py).
             start = time.perf_counter()
-            _run("nft", "-f", replace_path, ns="pl-cbt2")
+            loader = subprocess.Popen(
+                ["ip", "netns", "exec", "pl-cbt2", sys.executable, "-I", "-S", str(LOADER),
+                 replace_path], stdout=subprocess.PIPE,
+            )  # fmt: skip
+            line = loader.stdout.readline()
             out["replace_bare"] = time.perf_counter() - start
+            loader.communicate()
+            if loader.returncode or json.loads(line).get("rc") != 0:
+                raise RuntimeError(f"the loader failed: {line!r}")
             recount = _write(tmp, "recount.nft", "delete table inet portal_fw\n" + counted)
             _run("nft", "-f", recount, ns="pl-cbt2")
             start = time.perf_counter()

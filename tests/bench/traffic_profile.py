@@ -3,11 +3,15 @@ traffic_bench.portal_side) with every SQL statement over 50 ms printed with its 
 store's total (COPY and commit included).
 
     DATABASE_URL=... DJANGO_SETTINGS_MODULE=portal.settings .venv/bin/python -m tests.bench.traffic_profile
+
+With `--plain`, the store runs without its transaction settings (services.STORE_SETTINGS:
+work_mem, jit), for a side-by-side comparison.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import django
@@ -29,6 +33,8 @@ def main() -> None:
         finally:
             times.append((time.perf_counter() - start, " ".join(sql.split())[:70]))
 
+    if "--plain" in sys.argv[1:]:
+        services.STORE_SETTINGS = ()
     store = services.traffic_store
 
     def timed(**kwargs):

@@ -1,6 +1,6 @@
 """The import contracts of pyproject.toml ([tool.importlinter]) hold: the apps form the floors of
 docs/architecture.md, no app imports the URL root or a task module, the compiler imports nothing
-of the portal."""
+of the portal and its modules import each other without a circle."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from portal_fw import ha, pair
+from portal_fw import pair
 from portal_fw.bundle import load_artefacts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def test_the_example_declaration_loads_in_the_helper():
 
 def test_status_reads_conntrackds_statistics(monkeypatch, tmp_path):
     monkeypatch.setattr(
-        ha, "conntrackd", lambda conf, *a: subprocess.CompletedProcess(a, 0, STATS, "")
+        pair, "conntrackd", lambda conf, *a: subprocess.CompletedProcess(a, 0, STATS, "")
     )
     monkeypatch.setattr(pair, "keepalived_running", lambda: True)
     (tmp_path / "state-ipv4.json").write_text(json.dumps({"state": "MASTER", "since": "x"}))

@@ -16,7 +16,13 @@ Nothing here imports Django or Celery (tests/unit/ruleset checks it). See docs i
 
 from __future__ import annotations
 
-from workers.ruleset.build import TABLE_FAMILY, TABLE_NAME, build
+from workers.ruleset.build import (
+    NAT_TABLE_FAMILY,
+    NAT_TABLE_NAME,
+    TABLE_FAMILY,
+    TABLE_NAME,
+    build,
+)
 from workers.ruleset.bundle import Bundle, bundle_of, compile_bundle, file_artefact
 from workers.ruleset.diff import Incremental, diff, diff_rulesets, diff_stored
 from workers.ruleset.render import Compiled, render
@@ -50,6 +56,8 @@ def compile_snapshot(snapshot: Snapshot) -> Compiled:
 
 __all__ = [
     "IFNAME_RE",
+    "NAT_TABLE_FAMILY",
+    "NAT_TABLE_NAME",
     "TABLE_FAMILY",
     "TABLE_NAME",
     "Bundle",

@@ -65,6 +65,9 @@ def diff_rulesets(old: Ruleset, new: Ruleset, old_hash: str, new_hash: str) -> I
     deletes: list[str] = []
     adds: list[str] = []
     n_add = n_del = 0
+    # The flowtable sits in the filter table, but an offloaded flow carries its NAT too: a
+    # removal in any table (a forward of the NAT table) needs the replacement.
+    fast_path = any(t.flowtables for t in new.tables)
     for ot, nt in zip(old.tables, new.tables, strict=True):
         prefix = f"{nt.family} {nt.name}"
         for os_, ns in zip(ot.sets, nt.sets, strict=True):
@@ -74,7 +77,7 @@ def diff_rulesets(old: Ruleset, new: Ruleset, old_hash: str, new_hash: str) -> I
             after = set(ns.elements)
             gone = sorted(before - after)
             came = sorted(after - before)
-            if nt.flowtables and (gone or (came and ns.name in FAST_PATH_REPLACED_ON_ADD)):
+            if fast_path and (gone or (came and ns.name in FAST_PATH_REPLACED_ON_ADD)):
                 return None  # an offloaded flow meets the new rules only after a replacement
             if gone:
                 keys = ", ".join(_key(e) for e in gone) if ns.value_type else ", ".join(gone)

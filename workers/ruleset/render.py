@@ -10,14 +10,14 @@ state (an element in the table cost every increment a delete and an add, most of
 Equal input gives a byte-identical text and an equal hash.
 
 Shaping layouts (`Host.shaping_root`), both classified by `meta priority set ... map` in the
-nft `shape` chain, so there is no tc filter and no fixed-size classifier hash at all: HTB picks
+nft chains `shape_down` / `shape_up` (from `postrouting`), so there is no tc filter and no fixed-size classifier hash at all: HTB picks
 the leaf straight from skb->priority (major:minor must name a class of that HTB).
 
 * ``htb`` (default): ``root handle 1: htb default 2``; class 1:2 carries unshaped traffic at the
   link rate; each shaped member gets class 1:<minor>, minor = 0x10 + member id - 1 (stable).
   Exact, but every packet of the interface takes the one root qdisc lock.
 * ``mq`` with ``tx_queues = N``: ``root handle 1: mq`` and one ``htb`` per hardware queue
-  (handle 0x100+q, parent 1:q+1), each with its own default class. A member lives in the HTB of
+  (handle 0x100+q, skipping the majors `shaping.queue_majors` names; parent 1:q+1), each with its own default class. A member lives in the HTB of
   queue ``member_id % N`` and its priority names that major, so N cores enqueue in parallel and
   each tree holds 1/N of the classes (faster to load). Caveat: HTB only honours the priority when
   the packet is transmitted on that queue; the kernel picks the tx queue by flow hash (or XPS), so
@@ -27,7 +27,14 @@ the leaf straight from skb->priority (major:minor must name a class of that HTB)
   the mq layout loads; the single HTB root is what the packet tests prove.
 
 Before the tree is built, the root is replaced by a pfifo: replacing an HTB root by an HTB keeps
-its classes, so passing through pfifo is what makes the full batch a clean replacement.
+its classes, so passing through pfifo is what makes the full batch a clean replacement. The text
+stays a batch that builds the whole tree from anything (``tc -batch`` of it alone, or an agent
+before issue 26, gets the right tree), but the host agent reads it as the tree a device should
+run and keeps what runs when the layout (the qdiscs from the root to the HTBs) is the same:
+deleting the gone classes and replacing the others instead of making every class again
+(deploy/firewall/portal_fw/tctree.py; a fresh class costs a walk over every filter block of the
+host, so a fresh tree is O(n^2)). The order of the classes in the text is the compiler's; for a
+fresh build it does not matter (docs/ruleset.md, "Shaping classes").
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from workers.ruleset.ir import HtbClass, Ruleset, SetDef, Shaper
+from workers.ruleset.shaping import queue_majors
 from workers.ruleset.values import ShapingRoot
 
 PFIFO_LIMIT = 1000
@@ -143,7 +151,7 @@ def shaper_roots(sh: Shaper) -> list[str]:
         majors = [0x1]
         out.append(f"qdisc replace dev {dev} root handle 1: htb default {0x2:x}\n")
     else:
-        majors = [0x100 + q for q in range(sh.queues)]
+        majors = list(queue_majors(sh.queues))
         out.append(f"qdisc replace dev {dev} root handle 1: mq\n")
         out.extend(
             f"qdisc replace dev {dev} parent 1:{q + 1:x} handle {major:x}: htb default {0x2:x}\n"

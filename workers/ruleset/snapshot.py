@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.ruleset.checks import _check_global
-from workers.ruleset.host import CaptivePortalUrl, Dhcp, Ha, Host, Policy
+from workers.ruleset.host import CaptivePortalUrl, Dhcp, Ha, Host, Policy, Resolver
 from workers.ruleset.member import Device, Member, Opening, PortForward, Shaping, _by_id
 from workers.ruleset.memo import DHCP_KEPT, MEMO
-from workers.ruleset.unbound import Resolver
 from workers.ruleset.values import (
     GC_PROMOTE_AT,
     IFNAME_RE,

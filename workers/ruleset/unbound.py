@@ -1,4 +1,5 @@
-"""The ``unbound`` artefact: the members' resolver on one host, from the snapshot's `Resolver`.
+"""The ``unbound`` artefact: the members' resolver on one host, from the snapshot's `Resolver`
+(workers/ruleset/host.py, beside the host's other services).
 
 Design (docs/dns.md): every host of a site with a resolver address runs Unbound on its **own**
 member-side address; a lease names every resolver of the site (Kea's ``domain-name-servers``,
@@ -15,102 +16,14 @@ into Unbound's configuration.
 from __future__ import annotations
 
 import ipaddress
-import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
-from workers.ruleset.values import (
-    _DOMAIN_RE,
-    IPNetwork,
-    IPv4Address,
-    SnapshotError,
-    _int,
-    _ipv4s,
-    _networks,
-    _path,
-    _set,
-)
-
-if TYPE_CHECKING:
-    from workers.ruleset.snapshot import Snapshot
+from workers.ruleset.host import Resolver
+from workers.ruleset.snapshot import Snapshot
+from workers.ruleset.values import IPv4Address, SnapshotError
 
 UNBOUND_ARTEFACT = "unbound"
-RATELIMIT_MAX = 1_000_000
-_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 # Debian's unbound package keeps the root trust anchor here (unbound-anchor updates it).
 ROOT_TRUST_ANCHOR = "/var/lib/unbound/root.key"
-
-
-@dataclass(frozen=True, slots=True)
-class Resolver:
-    """What this host's Unbound serves.
-
-    `listen`: the host's own member-side address(es) (what the leases name); `allow`: the
-    member networks (devices and registration ranges), everything else is refused;
-    `ratelimit`: queries per second per client address (0: off); `forwarders`: send every
-    query there (empty: recursion from the root servers, DNSSEC-validated); `local_name` with
-    `local_addresses`: the portal's own name, answered locally."""
-
-    listen: tuple[IPv4Address, ...]
-    allow: tuple[IPNetwork, ...]
-    ratelimit: int = 100
-    forwarders: tuple[IPv4Address, ...] = ()
-    local_name: str = ""
-    local_addresses: tuple[IPv4Address, ...] = ()
-    control_socket: str = "/run/unbound.ctl"
-    pid_file: str = "/run/unbound.pid"
-    username: str = "unbound"
-    threads: int = 1
-
-    def __post_init__(self) -> None:
-        what = "resolver"
-        _set(self, "listen", _ipv4s(self.listen, f"{what} listening addresses"))
-        if not self.listen:
-            raise SnapshotError(f"{what}: no listening address")
-        _set(self, "allow", _networks(self.allow, f"{what} member networks"))
-        if not self.allow:
-            raise SnapshotError(f"{what}: no member network to serve")
-        _int(self.ratelimit, f"{what} queries per second per client", 0, RATELIMIT_MAX)
-        _int(self.threads, f"{what} threads", 1, 64)
-        _set(self, "forwarders", _ipv4s(self.forwarders, f"{what} forwarders"))
-        if self.local_name and (
-            type(self.local_name) is not str
-            or not _DOMAIN_RE.fullmatch(self.local_name)
-            or "." not in self.local_name
-        ):
-            raise SnapshotError(f"{what}: portal name {self.local_name!r} is not a domain name")
-        _set(self, "local_addresses", _ipv4s(self.local_addresses, f"{what} portal addresses"))
-        if self.local_name and not self.local_addresses:
-            raise SnapshotError(f"{what}: the portal name {self.local_name} has no address")
-        _set(self, "control_socket", _path(self.control_socket, f"{what} control socket"))
-        _set(self, "pid_file", _path(self.pid_file, f"{what} pid file"))
-        if self.username and (
-            type(self.username) is not str or not _USER_RE.fullmatch(self.username)
-        ):
-            raise SnapshotError(f"{what}: {self.username!r} is not a user name")
-
-    def to_doc(self) -> dict[str, Any]:
-        """The stored form (Snapshot.to_json)."""
-        return {
-            "listen": [str(a) for a in self.listen],
-            "allow": [str(n) for n in self.allow],
-            "ratelimit": self.ratelimit,
-            "forwarders": [str(a) for a in self.forwarders],
-            "local_name": self.local_name,
-            "local_addresses": [str(a) for a in self.local_addresses],
-            "control_socket": self.control_socket,
-            "pid_file": self.pid_file,
-            "username": self.username,
-            "threads": self.threads,
-        }
-
-    @classmethod
-    def from_doc(cls, doc: Any) -> Resolver:
-        """The stored form back, validated again."""
-        if not isinstance(doc, dict) or not set(doc) <= set(cls.__dataclass_fields__):
-            raise SnapshotError("snapshot json: resolver is not an object of Resolver's fields")
-        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()}
-        return cls(**values)
 
 
 def _q(text: str) -> str:

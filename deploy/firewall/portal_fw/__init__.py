@@ -13,6 +13,7 @@ the package, along the path of one push:
     nft.py        nft: the check and the load of one transaction; nft.current + its journal
     elements.py   an element-only increment as one netlink batch (no nft process)
     tc.py         tc: the static check (tc has no dry run), apply, the canonical device text
+    tctree.py     a full tc load planned against what runs: the tree kept or built anew
     rollback.py   the one rollback point (nft + tc + files + state) and the confirm timer
     digest.py     the content digest of what runs (drift), full or moved by element events
     parts.py      digest parts of the portal tables read over netlink

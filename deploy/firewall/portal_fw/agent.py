@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from . import AGENT_PROTOCOL, probes, rollback
+from . import AGENT_PROTOCOL, deferred, probes, rollback
 from .bundle import load_artefacts
 from .common import EXIT_OK, EXIT_REFUSED, JSON, SAFE_PATH, HelperError, refused
 from .digest import DIGEST_SOURCES
@@ -190,6 +190,7 @@ def options(argv: list[str] | None) -> argparse.Namespace:
     top.add_argument("--meta-table", help=argparse.SUPPRESS)
     top.add_argument("--version-set", help=argparse.SUPPRESS)
     top.add_argument("--internal-rollback-timer", metavar="TOKEN", help=argparse.SUPPRESS)
+    top.add_argument("--internal-deferred", metavar="ARTEFACT", help=argparse.SUPPRESS)
     top.add_argument("local_command", nargs=argparse.REMAINDER, help="only without SSH")
     return top.parse_args(argv)
 
@@ -218,6 +219,15 @@ def main(argv: list[str] | None = None) -> int:
         except HelperError as exc:  # restore nft and tc anyway; files are reported as errors
             host.log({"event": "timer-artefacts-unreadable", "message": exc.message})
         return rollback.timer(host, cfg.internal_rollback_timer)
+    if cfg.internal_deferred:  # the Kea path (deferred.py), started by an apply or a restore
+        if "SSH_ORIGINAL_COMMAND" in os.environ:
+            return EXIT_REFUSED
+        try:
+            host.artefacts = load_artefacts(host.artefacts_file)
+        except HelperError as exc:
+            host.log({"event": "deferred-artefacts-unreadable", "message": exc.message})
+            return 1
+        return deferred.serve(host, cfg.internal_deferred)
     agent = Agent(host, cfg.max_input_bytes)
     command = os.environ.get("SSH_ORIGINAL_COMMAND")
     if command is None and cfg.local_command and "SSH_CONNECTION" not in os.environ:

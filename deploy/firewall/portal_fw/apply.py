@@ -1,24 +1,31 @@
 """apply-bundle, confirm, rollback: the one apply path.
 
 Under the host's lock: check every artefact (nothing changes), arm the one rollback point and
-the confirm timer, apply (tc -> nft -> files; an element-only nft increment first, as one
-transaction without a separate check), read back the digest and a health sample. A failure
-half way restores the whole point; a refused element-only increment changed nothing and is
-answered as refused at the check (the portal then sends the full bundle).
+the confirm timer, apply (tc's new classes -> nft -> tc's removed classes -> files: the rule
+set never names a class that does not exist; a full nft replacement or an element-only
+increment is one transaction checked by its own load instead of a separate `nft -c`),
+read back the digest and a health sample. A failure half way restores the whole point; an nft
+load refused at the start changed nothing and is answered as refused at the check (a refused
+increment: the portal then sends the full bundle; the classes made before it are taken back).
+
+A full replacement is checked by its own load because `nft -c` costs what the load costs (the
+text parsed and every element inserted, then the transaction aborted: about 8 s at 100,000
+members; issue 26) and the kernel's transaction is atomic: a refused `nft -f` changed nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import secrets
 import time
 from typing import Any, NoReturn
 
-from . import digest, health, nft, probes, rollback, tc
+from . import deferred, digest, health, nft, probes, rollback, tc
 from .bundle import RESERVED_ARTEFACTS, parse_bundle
 from .common import JSON, HelperError, at_check, conflict, failed, now_iso, run
-from .host import Host
+from .host import Host, write_bytes_atomic
 from .scope import check_scope, element_only
 
 
@@ -26,6 +33,13 @@ def is_element_increment(artefacts: JSON) -> bool:
     """The bundle's nft is an increment of element adds/deletes (or set flushes) only."""
     spec = artefacts.get("nft")
     return bool(spec and spec["mode"] == "increment" and element_only(spec["text"]) is not None)
+
+
+def loaded_as_check(artefacts: JSON) -> bool:
+    """The bundle's nft is checked by its own load (one kernel transaction, refused whole):
+    a full replacement, or an increment of element adds/deletes only."""
+    spec = artefacts.get("nft")
+    return bool(spec and spec["mode"] == "replace") or is_element_increment(artefacts)
 
 
 def check_bundle(host: Host, artefacts: JSON) -> set[str]:
@@ -40,7 +54,7 @@ def check_bundle(host: Host, artefacts: JSON) -> set[str]:
         spec = artefacts["nft"]
         check_scope(spec["text"], host.prefix)
         probes.check(spec["text"])
-        if not is_element_increment(artefacts):  # an element-only one is checked by its load
+        if not loaded_as_check(artefacts):
             result = nft.check(host, spec["text"], replace=spec["mode"] == "replace")
             if result.returncode != 0:
                 raise failed("nft rejected the rule set", result.stderr.strip(), artefact="nft")
@@ -51,8 +65,11 @@ def check_bundle(host: Host, artefacts: JSON) -> set[str]:
 
 
 def check_file(host: Host, name: str, text: str) -> None:
-    """The declared check of one file artefact, on a temp file next to its target."""
+    """The declared check of one file artefact, on a temp file next to its target (a deferred
+    one: without its reservations, see deferred.py)."""
     spec = host.artefacts[name]
+    if spec.deferred:
+        text = deferred.skeleton(text)
     if not spec.path.parent.is_dir():
         raise failed(f"{name}: {spec.path.parent} is missing", artefact=name)
     tmp = spec.path.with_name(f".{spec.path.name}.portal-fw-check-{secrets.token_hex(4)}")
@@ -82,22 +99,37 @@ def load_nft(host: Host, spec: JSON) -> str:
     return how
 
 
-def apply_artefacts(host: Host, artefacts: JSON, *, nft_done: bool = False) -> None:
-    """tc, then nft (unless `nft_done`), then files. Raises at the first failure, naming the
-    artefact (the caller restores the rollback point)."""
-    if "tc" in artefacts:
-        tc.apply(host, artefacts["tc"]["mode"], artefacts["tc"]["text"])
-    if "nft" in artefacts and not nft_done:
+def apply_artefacts(host: Host, artefacts: JSON) -> JSON:
+    """The whole apply outside a rollback point (tc's classes made, nft, tc's classes removed,
+    files); raises at the first failure, naming the artefact."""
+    staged = (
+        tc.Staged(host, artefacts["tc"]["mode"], artefacts["tc"]["text"])
+        if "tc" in artefacts
+        else None
+    )
+    if staged is not None:
+        staged.run_before()
+    if "nft" in artefacts:
         load_nft(host, artefacts["nft"])
+    shaping = staged.run_after() if staged is not None else {}
+    apply_files(host, artefacts)
+    return shaping
+
+
+def apply_files(host: Host, artefacts: JSON) -> None:
+    """Write each file artefact and reload it (a deferred one after the answer). Raises at the
+    first failure, naming the artefact (the caller restores the rollback point)."""
     for name, art in sorted(artefacts.items()):
         if name in RESERVED_ARTEFACTS:
             continue
         spec = host.artefacts[name]
         try:
-            rollback.write_bytes_atomic(spec.path, art["text"].encode("utf-8"), spec.mode)
+            write_bytes_atomic(spec.path, art["text"].encode("utf-8"), spec.mode)
         except OSError as exc:
             raise failed(f"writing {spec.path} failed", str(exc), artefact=name) from exc
-        if spec.reload:
+        if spec.deferred:  # the Kea path reloads it after the answer, beside the next pushes
+            host.later.append(functools.partial(deferred.ask, host, name))
+        elif spec.reload:
             result = run(spec.argv(spec.reload, spec.path), timeout=120)
             if result.returncode != 0:
                 detail = (result.stderr + result.stdout).strip()[-4000:]
@@ -185,7 +217,7 @@ def apply_bundle(host: Host, args: JSON) -> JSON:
         # The host's listener (kept open: see Host.netlink), emptied just before the load.
         events = digest.open_element_events(host, artefacts, previous.get("digest"))
         started = time.monotonic()
-        applied = apply_steps(host, artefacts, armed, devices)
+        applied, shaping = apply_steps(host, artefacts, armed, devices)
         apply_seconds = round(time.monotonic() - started, 3)
         read = digest.incremental_digest(host, artefacts, previous.get("digest"), events)
         if events is not None:  # what a later commit queues is not kept waiting in the kernel
@@ -197,7 +229,8 @@ def apply_bundle(host: Host, args: JSON) -> JSON:
         sampled = None if sample_ms is None else health.collect(host, sample_ms, digest=read, ha=ha)
         deadline = armed.restart_window()
     host.log({"event": "bundle-applied", "version": version, "modes": modes,
-              "digest": read.get("total"), "s": apply_seconds, "via": applied})  # fmt: skip
+              "digest": read.get("total"), "s": apply_seconds, "via": applied,
+              **({"tc": shaping} if shaping else {})})  # fmt: skip
     answer: JSON = {
         "version": version,
         "modes": modes,
@@ -206,6 +239,7 @@ def apply_bundle(host: Host, args: JSON) -> JSON:
         "rollback_point": armed.point,
         "apply_seconds": apply_seconds,
         "applied_by": applied,
+        **({"tc_tree": shaping} if shaping else {}),
         "confirm_deadline": deadline,
         "confirm_within": int(args["confirm_within"]),
     }
@@ -214,29 +248,56 @@ def apply_bundle(host: Host, args: JSON) -> JSON:
     return answer
 
 
-def apply_steps(host: Host, artefacts: JSON, armed: Armed, devices: set[str]) -> str:
-    """Apply under the armed point; returns how ("element-increment" with "netlink" or "nft",
-    or "steps")."""
-    nft_done = False
-    how = ""
-    if is_element_increment(artefacts):
-        try:
-            how = load_nft(host, artefacts["nft"])
-        except HelperError as exc:
-            if exc.extra.get("unknown"):  # not known whether the kernel took it: restore
-                return failed_apply(host, exc, armed, devices)
-            armed.take_back()
-            host.log({"event": "increment-refused", "version": armed.pending["version"],
-                      "detail": exc.detail})  # fmt: skip
-            exc.message = "nft refused the element increment; nothing changed"
-            exc.extra["increment_refused"] = True
-            raise at_check(exc) from None
-        nft_done = True
+def apply_steps(host: Host, artefacts: JSON, armed: Armed, devices: set[str]) -> tuple[str, JSON]:
+    """Apply under the armed point, in the order that never lets the rule set name a class
+    that does not exist: tc's new and changed classes (a device built anew), then nft, then
+    tc's removed classes (and dropped devices), then files. Returns how ("element-increment"
+    with "netlink" or "nft", "replace" for a full replacement checked by its own load, or
+    "steps") and, for a full tc tree, which devices kept their tree (`tc.Staged`).
+
+    An nft text checked by its own load (a full replacement, an element-only increment) that
+    the kernel refuses changed no table: the classes made before it are taken back (tc.current
+    replayed against what runs), then the point and the timer, and the answer is a refusal at
+    the check, as before. Any other failure restores the whole point."""
+    staged = None
     try:
-        apply_artefacts(host, artefacts, nft_done=nft_done)
+        if "tc" in artefacts:
+            staged = tc.Staged(host, artefacts["tc"]["mode"], artefacts["tc"]["text"])
+            staged.run_before()
     except HelperError as exc:
         return failed_apply(host, exc, armed, devices)
-    return f"element-increment ({how})" if nft_done else "steps"
+    how = "steps"
+    if "nft" in artefacts:
+        checked_by_load = loaded_as_check(artefacts)
+        increment = artefacts["nft"]["mode"] != "replace"
+        try:
+            loaded_by = load_nft(host, artefacts["nft"])
+        except HelperError as exc:
+            if not checked_by_load or exc.extra.get("unknown"):
+                # not a text checked by its load, or not known whether the kernel took it
+                return failed_apply(host, exc, armed, devices)
+            undo = staged.undo_before() if staged is not None else []
+            if undo:  # the classes made before it could not be taken back: restore all
+                exc.extra["tc_undo"] = undo
+                return failed_apply(host, exc, armed, devices)
+            armed.take_back()
+            event = "increment-refused" if increment else "bundle-refused-by-check"
+            host.log({"event": event, "version": armed.pending["version"], "artefact": "nft",
+                      "detail": exc.detail})  # fmt: skip
+            if increment:
+                exc.message = "nft refused the element increment; nothing changed"
+                exc.extra["increment_refused"] = True
+            else:
+                exc.message = "nft rejected the rule set"
+            raise at_check(exc) from None
+        if checked_by_load:
+            how = f"element-increment ({loaded_by})" if increment else "replace"
+    try:
+        shaping = staged.run_after() if staged is not None else {}
+        apply_files(host, artefacts)
+    except HelperError as exc:
+        return failed_apply(host, exc, armed, devices)
+    return how, shaping
 
 
 def failed_apply(host: Host, exc: HelperError, armed: Armed, devices: set[str]) -> NoReturn:

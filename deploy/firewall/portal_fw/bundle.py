@@ -2,7 +2,8 @@
 
 Root-owned host configuration (``--artefacts FILE``) declares which configuration files a
 bundle may carry, where they go, how each is checked and reloaded (argv lists, never a shell,
-``{file}`` the only placeholder). The bundle itself is validated strictly; any problem is a
+``{file}`` the placeholder, and in a deferred artefact's reload ``{loaded}``: the last file it
+loaded, left out when there is none). The bundle itself is validated strictly; any problem is a
 refusal and nothing changes.
 """
 
@@ -18,29 +19,47 @@ from .common import JSON, HelperError, refused
 
 ARTEFACT_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}")
 RESERVED_ARTEFACTS = frozenset({"nft", "tc"})
-FILE_ARTEFACT_KEYS = frozenset({"path", "check", "reload", "mode"})
+FILE_ARTEFACT_KEYS = frozenset({"path", "check", "reload", "mode", "deferred"})
+DEFERRABLE = frozenset({"kea-dhcp4"})  # whose check can leave out what the portal validated
 PLACEHOLDER = "{file}"
+LOADED = "{loaded}"  # a deferred reload's last loaded file (deferred.py); the word is left out
+# when there is none
 
 
 class FileArtefact:
     """A config file the agent writes for the portal: where, how to check it, how to reload."""
 
-    __slots__ = ("check", "mode", "name", "path", "reload")
+    __slots__ = ("check", "deferred", "mode", "name", "path", "reload")
 
     def __init__(
-        self, name: str, path: Path, check: tuple[str, ...], reload: tuple[str, ...], mode: int
+        self,
+        name: str,
+        path: Path,
+        check: tuple[str, ...],
+        reload: tuple[str, ...],
+        mode: int,
+        deferred: bool = False,
     ) -> None:
         self.name, self.path, self.check, self.reload, self.mode = name, path, check, reload, mode
+        self.deferred = deferred  # reloaded on its own path after the answer (deferred.py)
 
-    def argv(self, which: tuple[str, ...], file: Path) -> list[str]:
-        return [word.replace(PLACEHOLDER, str(file)) for word in which]
+    def argv(self, which: tuple[str, ...], file: Path, loaded: Path | None = None) -> list[str]:
+        """`which` with {file} put in; {loaded} (a word of its own) becomes `loaded`, or the
+        word is left out without one."""
+        return [
+            str(loaded) if word == LOADED else word.replace(PLACEHOLDER, str(file))
+            for word in which
+            if word != LOADED or loaded is not None
+        ]
 
 
 def _config_error(message: str) -> HelperError:
     return refused(f"--artefacts: {message}; fix the host's artefact configuration")
 
 
-def _argv_list(name: str, key: str, value: Any, *, need_file: bool) -> tuple[str, ...]:
+def _argv_list(
+    name: str, key: str, value: Any, *, need_file: bool, loaded_ok: bool = False
+) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(w, str) for w in value):
         raise _config_error(f"{name}.{key} must be a non-empty list of strings (an argv)")
     if any(not w or "\x00" in w for w in value):
@@ -48,8 +67,13 @@ def _argv_list(name: str, key: str, value: Any, *, need_file: bool) -> tuple[str
     if "/" in value[0] and not value[0].startswith("/"):
         raise _config_error(f"{name}.{key}: the program is a bare name or an absolute path")
     for word in value:
+        if loaded_ok and word == LOADED:
+            continue
         if "{" in word.replace(PLACEHOLDER, "") or "}" in word.replace(PLACEHOLDER, ""):
-            raise _config_error(f"{name}.{key}: {PLACEHOLDER} is the only placeholder")
+            raise _config_error(
+                f"{name}.{key}: {PLACEHOLDER} is the only placeholder"
+                + (f" (and {LOADED}, as a word of its own)" if loaded_ok else "")
+            )
     if need_file and not any(PLACEHOLDER in w for w in value):
         raise _config_error(f"{name}.{key} must name the file to check with {PLACEHOLDER}")
     return tuple(value)
@@ -90,14 +114,23 @@ def load_artefacts(path: Path | None) -> dict[str, FileArtefact]:
             raise _config_error(f"{name}.check is required (an argv with {PLACEHOLDER})")
         check = _argv_list(name, "check", spec["check"], need_file=True)
         reload_ = (
-            _argv_list(name, "reload", spec["reload"], need_file=False)
+            _argv_list(name, "reload", spec["reload"], need_file=False, loaded_ok=True)
             if spec.get("reload") is not None
             else ()
         )
         mode_text = spec.get("mode", "0644")
         if not isinstance(mode_text, str) or not re.fullmatch(r"0?[0-7]{3}", mode_text):
             raise _config_error(f'{name}.mode must be an octal string such as "0640"')
-        artefacts[name] = FileArtefact(name, norm, check, reload_, int(mode_text, 8))
+        deferred = spec.get("deferred", False)
+        if not isinstance(deferred, bool):
+            raise _config_error(f"{name}.deferred must be true or false")
+        if deferred and (name not in DEFERRABLE or not reload_):
+            raise _config_error(
+                f"{name}.deferred: only {', '.join(sorted(DEFERRABLE))} with a reload command"
+            )
+        if LOADED in reload_ and not deferred:
+            raise _config_error(f"{name}.reload: {LOADED} is for a deferred reload only")
+        artefacts[name] = FileArtefact(name, norm, check, reload_, int(mode_text, 8), deferred)
     return artefacts
 
 

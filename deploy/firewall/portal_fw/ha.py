@@ -1,7 +1,7 @@
 """keepalived's notify hook and conntrackd's keeper on a firewall of an HA pair.
 
-The entry point `portal-ha` (a launcher beside the package) runs `main`; the agent reads
-`status` in-process. The portal's bundle carries keepalived.conf
+The entry point `portal-ha` (a launcher beside the package) runs `main`; the agent reads the
+pair's status in-process from pair.py, which this program builds on (never the reverse). The portal's bundle carries keepalived.conf
 and conntrackd.conf (workers/ruleset/ha.py); the host's ``--artefacts`` declaration names this
 program to check and reload them. Verbs:
 
@@ -46,15 +46,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-JSON = dict[str, Any]
+from .pair import INSTANCES, STAT_RE, conntrackd, read_states, run, status
 
-INSTANCES = ("ipv4", "ipv6")
 STATES = ("MASTER", "BACKUP", "FAULT", "STOP")
 PATH_RE = re.compile(r"/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*")
 UNIT_RE = re.compile(r"[A-Za-z0-9@_.-]{1,64}")
-TIMEOUT = 60
 
 
 class Refused(Exception):
@@ -65,17 +62,6 @@ def path_arg(value: str, what: str) -> Path:
     if not PATH_RE.fullmatch(value) or "/../" in value or len(value) > 200:
         raise Refused(f"{what}: {value!r} is not a safe absolute path")
     return Path(value)
-
-
-def run(argv: list[str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(  # noqa: S603 - fixed argv, never a shell
-            argv, capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except FileNotFoundError as exc:
-        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: {exc}")
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]}: timed out")
 
 
 def now_iso() -> str:
@@ -95,10 +81,6 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
 def log(run_dir: Path, message: str) -> None:
     with contextlib.suppress(OSError), open(run_dir / "notify.log", "a", encoding="utf-8") as fh:
         fh.write(f"{now_iso()} {message}\n")
-
-
-def conntrackd(conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run(["conntrackd", "-C", str(conf), *args])
 
 
 # The kernel re-sends a destroy event it could not deliver one second later (HZ, sooner when
@@ -125,16 +107,6 @@ def events_settle(conf: Path) -> tuple[float, int]:
         elif time.monotonic() - quiet_since >= SETTLE_QUIET:
             break
     return time.monotonic() - started, (last or 0) - (first or 0)
-
-
-def read_states(run_dir: Path) -> dict[str, JSON]:
-    states: dict[str, JSON] = {}
-    for name in INSTANCES:
-        try:
-            states[name] = json.loads((run_dir / f"state-{name}.json").read_text())
-        except (OSError, ValueError):
-            continue
-    return states
 
 
 # ------------------------------------------------------------------------------------- notify
@@ -180,8 +152,6 @@ def verb_notify(argv: list[str]) -> int:
             steps = [("-t",)]
         for step in steps:
             if step == ("settle",):
-                from .pair import STAT_RE
-
                 waited, events = events_settle(conf)
                 held = re.search(STAT_RE["internal_active"], conntrackd(conf, "-s").stdout)
                 log(
@@ -322,8 +292,6 @@ def verb_reload_conntrackd(argv: list[str]) -> int:
 
 
 def verb_status(argv: list[str]) -> int:
-    from .pair import status
-
     conf, run_dir = path_arg(argv[0], "conntrackd config"), path_arg(argv[1], "run dir")
     sys.stdout.write(json.dumps(status(conf, run_dir), sort_keys=True) + "\n")
     return 0

@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import kea, nft, offload
+from . import deferred, kea, offload
 from .common import JSON, failed, now_iso, output, refused
 from .digest import public_digest
 from .host import Host
@@ -87,7 +87,7 @@ def read_quota_hits(host: Host, limit: int = 50) -> list[JSON]:
     """Who hit a conntrack quota in the last hour (the rule set's dynamic quota_hit sets): the
     member's public IPv4 or /64 and the packets dropped, most first. Over the agent's netlink
     socket (no nft process; `nft -j` when netlink fails or --digest-source nft)."""
-    from .traffic import read_counted_netlink
+    from .traffic import counted_elements, read_counted_netlink
 
     hits: list[tuple[int, str]] = []
     counted_sets: dict[str, dict[str, tuple[int, int]]] | None = None
@@ -100,7 +100,7 @@ def read_quota_hits(host: Host, limit: int = 50) -> list[JSON]:
         except (NetlinkError, DumpInterrupted, OSError, ValueError):
             host.drop_netlink()
     if counted_sets is None:
-        counted_sets = {name: nft.counted_elements(host, name, timeout=20) or {}
+        counted_sets = {name: counted_elements(host, name, timeout=20) or {}
                         for name in QUOTA_HIT_SETS}  # fmt: skip
     for counted in counted_sets.values():
         hits += [(packets, key) for key, (packets, _) in counted.items()]
@@ -181,7 +181,14 @@ def collect(
         answer["ha"] = HaStatus(host).run_now()
     kea_spec = host.artefacts.get(kea.KEA_ARTEFACT)
     if kea_spec is not None:
-        answer["dhcp"] = kea.dhcp_status(str(kea_spec.path))
+        if kea_spec.deferred and deferred.busy(host, kea.KEA_ARTEFACT):
+            # Kea answers nothing while it reloads (4.9 s at 100,000 members): the sample says
+            # so instead of waiting for its socket (a push's answer carries this sample).
+            answer["dhcp"] = {"answering": True, "reloading": True}
+        else:
+            answer["dhcp"] = kea.dhcp_status(str(kea_spec.path))
+        if kea_spec.deferred:
+            answer["dhcp"]["config"] = deferred.status(host, kea.KEA_ARTEFACT)
     if digest is not None:
         answer["digest"] = public_digest(digest)
         recorded = ((state.get("digest") or {}).get("parts")) or {}
@@ -237,12 +244,12 @@ def health(host: Host, args: JSON) -> JSON:
 
 def ha_resync(host: Host, args: JSON) -> JSON:
     """Ask the peer's conntrackd for a full resync of the connection states (staff action)."""
-    from . import ha
+    from . import pair
 
     spec = host.artefacts.get("conntrackd")
     if spec is None:
         raise refused("this host declares no conntrackd artefact (--artefacts)")
-    result = ha.conntrackd(spec.path, "-n")
+    result = pair.conntrackd(spec.path, "-n")
     if result.returncode != 0:
         raise failed("conntrackd refused the resync", output(result))
     host.log({"event": "resync-requested"})

@@ -24,6 +24,7 @@ import errno
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -42,6 +43,22 @@ LOG_MAX_BYTES = 1024 * 1024
 JOURNAL_COMPACT_BYTES = 1024 * 1024  # folded into the base after an answer
 PACKAGE_DIR = Path(os.path.realpath(__file__)).parent.parent  # holds the package portal_fw
 _TIMERS: list[int] = []  # pids of the timers this process started (reaped when done)
+
+
+def write_bytes_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Replace a declared file (Kea, keepalived: outside the state directory, outlives a reboot)
+    by rename, fsynced, with its declared mode (apply, rollback and deferred.put_back)."""
+    tmp = path.with_name(f".{path.name}.portal-fw-{secrets.token_hex(4)}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fchmod(fh.fileno(), mode)
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class Host:
@@ -99,7 +116,7 @@ class Host:
         cache (a power loss, a crash of the host) takes the rule set with it; the death of the
         agent, the SSH connection or the portal leaves both in place (the timer restores from
         the point). Only the declared files (Kea, keepalived) outlive a reboot, and their
-        writes are fsynced (rollback.write_bytes_atomic)."""
+        writes are fsynced (write_bytes_atomic)."""
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(data)
@@ -289,7 +306,8 @@ class Host:
             return None
 
     # ---- the confirm timer: a detached process, so it outlives the agent and the connection
-    def timer_argv(self, token: str) -> list[str]:
+    def internal_argv(self, words: list[str]) -> list[str]:
+        """The agent started again as a detached helper of its own (the timer, the Kea path)."""
         argv = [
             sys.executable,
             "-I",
@@ -311,16 +329,23 @@ class Host:
         ]
         if self.artefacts_file is not None:
             argv += ["--artefacts", str(self.artefacts_file)]
-        return [*argv, "--internal-rollback-timer", token]
+        return [*argv, *words]
+
+    def timer_argv(self, token: str) -> list[str]:
+        return self.internal_argv(["--internal-rollback-timer", token])
 
     def arm_timer(self, token: str) -> int:
-        """Start the timer: posix_spawn (vfork: no copy of the agent's page tables, ~0.3 ms
-        where fork + exec of a large agent takes milliseconds), its own session, stdio on
-        /dev/null; every other descriptor of the agent is close-on-exec (PEP 446)."""
+        """Start the timer (`spawn_internal`)."""
+        return self.spawn_internal(["--internal-rollback-timer", token])
+
+    def spawn_internal(self, words: list[str]) -> int:
+        """Start a detached helper: posix_spawn (vfork: no copy of the agent's page tables,
+        ~0.3 ms where fork + exec of a large agent takes milliseconds), its own session, stdio
+        on /dev/null; every other descriptor of the agent is close-on-exec (PEP 446)."""
         reap_timers()
         pid = os.posix_spawn(
             sys.executable,
-            self.timer_argv(token),
+            self.internal_argv(words),
             TOOL_ENV,
             file_actions=[(os.POSIX_SPAWN_OPEN, fd, os.devnull, flags, 0)
                           for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY))],

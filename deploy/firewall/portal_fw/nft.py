@@ -1,8 +1,9 @@
 """nft: check and load one transaction of the portal tables; read what they hold.
 
 A full load (``replace``) deletes every loaded ``portal_*`` table and loads the text in ONE
-transaction, checked first with ``nft -c`` of that very transaction. An element-only increment
-is loaded without a separate check, as one netlink batch (elements.py; no nft process) or, for
+transaction, checked by that load itself (apply.loaded_as_check: ``nft -c`` of a full text
+costs what its load costs; a refused ``nft -f`` changed nothing); ``check`` is the ``nft -c``
+of any other nft text. An element-only increment is loaded without a separate check, as one netlink batch (elements.py; no nft process) or, for
 what that does not encode, by ``nft -f -``: the kernel's transaction is atomic and refuses as a
 whole, so a refused increment leaves the tables as they were.
 
@@ -14,13 +15,20 @@ of rewriting megabytes; the rollback point links both and records the journal's 
 from __future__ import annotations
 
 import json
+import select
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
-from . import elements
-from .common import failed, run
+from . import elements, loader
+from .common import NFT_TIMEOUT, TOOL_ENV, failed, run
 from .host import Host
 from .netlink import NetlinkError
+from .traffic import carry_counters, read_acct_kernel, read_removed
+
+LOADER = Path(loader.__file__).resolve()
 
 
 def portal_tables(host: Host) -> list[tuple[str, str]]:
@@ -48,26 +56,6 @@ def dump_portal_tables(host: Host) -> str:
     return "".join(parts)
 
 
-def counted_elements(host: Host, name: str, timeout: float) -> dict[str, tuple[int, int]] | None:
-    """{element: (packets, bytes)} of a counted set of the portal's `fw` table, by `nft -j`
-    (None: no such set, or nft failed)."""
-    result = run(["nft", "-j", "list", "set", "inet", f"{host.prefix}fw", name], timeout=timeout)
-    if result.returncode != 0:
-        return None
-    try:
-        items = json.loads(result.stdout).get("nftables", [])
-    except ValueError:
-        return None
-    counted: dict[str, tuple[int, int]] = {}
-    for item in items:
-        for elem in (item.get("set") or {}).get("elem", []):
-            e = elem.get("elem") if isinstance(elem, dict) else None
-            if isinstance(e, dict) and isinstance(e.get("val"), str):
-                c = e.get("counter") or {}
-                counted[e["val"]] = (int(c.get("packets") or 0), int(c.get("bytes") or 0))
-    return counted
-
-
 def transaction(host: Host, body_files: list[Path], *, replace: bool) -> str:
     lines = []
     if replace:
@@ -78,19 +66,82 @@ def transaction(host: Host, body_files: list[Path], *, replace: bool) -> str:
 
 def nft_file(host: Host, tx: str, *, check_only: bool) -> subprocess.CompletedProcess[str]:
     """`nft -c -f` or `nft -f` of the transaction `tx` (written to transaction.nft)."""
-    from .traffic import carry_counters, read_acct_kernel
-
     host.write_file(host.tx_nft, tx)
     if check_only:
         return run(["nft", "-c", "-f", str(host.tx_nft)])
     replacing = tx.startswith("delete table ")
     counted = read_acct_kernel(host) if replacing else None
-    result = run(["nft", "-f", str(host.tx_nft)])
+    result = load_committed(host, host.tx_nft)
     if counted and result.returncode == 0:
         # The replaced tables' element counters are gone (the new text starts at zero): keep
         # what they had counted.
         carry_counters(host, counted)
     return result
+
+
+def load_committed(host: Host, path: Path) -> subprocess.CompletedProcess[str]:
+    """`nft -f path` by libnftables in a child (loader.py), answered as soon as the kernel
+    committed the transaction, not when the child exits: after a full replacement, its exit
+    waits for the kernel to free the old tables (about 0.65 s at 100,000 members), which
+    changes nothing the answer depends on. The child is reaped after the answer.
+
+    The same one transaction as `nft -f` (nft's own library): refused, nothing changed. Falls
+    back to `nft -f` when libnftables cannot be loaded; a child that ends without answering
+    leaves the state unknown (raises `failed` with unknown=True: the caller restores the
+    point)."""
+    argv = [sys.executable or "/usr/bin/python3", "-I", "-S", str(LOADER), str(path)]
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - fixed argv, never a shell
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=TOOL_ENV,
+        )  # fmt: skip
+    except OSError as exc:
+        raise failed("the nft loader could not be started", str(exc)) from exc
+    out, err = proc.stdout, proc.stderr
+    if out is None or err is None:  # pragma: no cover - both are pipes above
+        raise failed("the nft loader has no pipes")
+    ready, _, _ = select.select([out], [], [], NFT_TIMEOUT)
+    line = out.readline() if ready else b""
+    answered = time.monotonic() - started
+    running = proc.poll() is None
+    if not line:
+        if not ready:
+            proc.kill()
+        code = proc.wait()
+        stderr = err.read().decode("utf-8", "replace")
+        out.close()
+        err.close()
+        if code == loader.NO_LIBRARY:
+            host.log({"event": "nft-loader-fallback", "detail": stderr.strip()[-300:]})
+            return run(["nft", "-f", str(path)])
+        raise failed("the nft loader ended without an answer" + ("" if ready else " (timed out)"),
+                     f"exit {code}: {stderr.strip()[-2000:]}", artefact="nft",
+                     unknown=True)  # fmt: skip
+    try:
+        answer = json.loads(line)
+        rc, error = int(answer["rc"]), str(answer["error"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise failed("the nft loader's answer does not parse", line[-300:].decode("utf-8", "replace"),
+                     artefact="nft", unknown=True) from exc  # fmt: skip
+    host.log({"event": "nft-full-load", "rc": rc, "s": round(answered, 3),
+              "loader_running_at_answer": running})  # fmt: skip
+    if rc == 0:
+        threading.Thread(target=_reap, args=(host, proc, started), daemon=True).start()
+    else:  # refused: the kernel kept the old tables, there is nothing to free: the child is
+        _reap(host, proc, started)  # gone at once, and its exit is logged before the answer's
+    return subprocess.CompletedProcess(["nft", "-f", str(path)], rc, "", error)
+
+
+def _reap(host: Host, proc: subprocess.Popen[bytes], started: float) -> None:
+    """Wait for the loader's exit (the kernel freeing the replaced tables) off the answer's
+    path, and log how long it took."""
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    host.log({"event": "nft-loader-exit", "code": proc.returncode,
+              "s": round(time.monotonic() - started, 3)})  # fmt: skip
 
 
 def check(host: Host, text: str, *, replace: bool) -> subprocess.CompletedProcess[str]:
@@ -117,7 +168,19 @@ def load(host: Host, text: str, *, replace: bool) -> subprocess.CompletedProcess
 def load_increment(host: Host, text: str) -> tuple[subprocess.CompletedProcess[str], str]:
     """An increment: element statements as one netlink batch when `elements` encodes them
     all, otherwise `nft -f -` with the text on a pipe. Answers (the result, "netlink"|"nft");
-    raises `failed` when the kernel's answer to a batch is lost (state unknown)."""
+    raises `failed` when the kernel's answer to a batch is lost (state unknown).
+
+    The counters of the accounting elements it deletes (a device or member removed) are read
+    right before and carried once the load succeeded (`traffic.read_removed`): what the device
+    counted since the portal's last reading is not lost with its element."""
+    removed = read_removed(host, text)
+    result, how = _load_increment(host, text)
+    if removed and result.returncode == 0:
+        carry_counters(host, removed)
+    return result, how
+
+
+def _load_increment(host: Host, text: str) -> tuple[subprocess.CompletedProcess[str], str]:
     begun = host.journal_begin(text)
     how = "nft"
     try:

@@ -1,16 +1,23 @@
 """The pair's state on this host: VRRP state per instance (what keepalived's notify hook
 recorded), whether keepalived and conntrackd run, conntrackd's sync statistics, and the
 operator's priority files that are set (an operator moved a role: `lab.sh failover`, `role`). The agent reads
-it in-process (health, apply-bundle); `portal-ha status` prints it."""
+it in-process (health, apply-bundle); `portal-ha status` prints it.
+
+Also what reading it needs and ha.py (the program portal-ha) shares: running conntrackd and
+reading the state files its notify verb writes. This module imports nothing of ha.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
-from . import ha
-from .ha import JSON
+from .common import JSON
+
+INSTANCES = ("ipv4", "ipv6")
+TIMEOUT = 60
 
 STAT_RE = {
     "internal_active": r"cache internal:\s*\ncurrent active connections:\s*(\d+)",
@@ -23,6 +30,33 @@ STAT_RE = {
     "lost_messages": r"(\d+) Lost msgs",
     "malformed_messages": r"(\d+) Malformed msgs",
 }
+
+
+def run(argv: list[str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """A tool's result, never an exception: a missing tool exits 127, one that timed out 124."""
+    try:
+        return subprocess.run(  # noqa: S603 - fixed argv, never a shell
+            argv, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except FileNotFoundError as exc:
+        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: {exc}")
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]}: timed out")
+
+
+def conntrackd(conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run(["conntrackd", "-C", str(conf), *args])
+
+
+def read_states(run_dir: Path) -> dict[str, JSON]:
+    """{instance: {"state", "since", "priority"}} as keepalived's notify hook recorded them."""
+    states: dict[str, JSON] = {}
+    for name in INSTANCES:
+        try:
+            states[name] = json.loads((run_dir / f"state-{name}.json").read_text())
+        except (OSError, ValueError):
+            continue
+    return states
 
 
 def keepalived_running() -> bool:
@@ -60,10 +94,10 @@ def operator_priorities(run_dir: Path) -> dict[str, int]:
 
 
 def status(conf: Path, run_dir: Path) -> JSON:
-    stats = ha.conntrackd(conf, "-s")
+    stats = conntrackd(conf, "-s")
     running = stats.returncode == 0
     alive = keepalived_running()
-    instances = ha.read_states(run_dir)
+    instances = read_states(run_dir)
     if not alive:  # the files say what it was: without keepalived this host holds no role
         instances = {name: {**s, "state": "STOPPED"} for name, s in instances.items()}
     answer: JSON = {

@@ -50,7 +50,10 @@ class ConfigError(ValueError):
     pass
 
 
-def load(path: str) -> Config:
+def load(path: str, *, check_only: bool = False) -> Config:
+    """The configuration at `path`, validated; `check_only`: the prefixes are validated but
+    kept as their text (no objects built: `portal-ra check` runs with every push that changes
+    the file)."""
     try:
         with open(path, encoding="utf-8") as fh:
             raw = json.loads(fh.read())
@@ -81,21 +84,55 @@ def load(path: str) -> Config:
     if numbers["preferred_lifetime"] > numbers["valid_lifetime"]:
         raise ConfigError("preferred_lifetime is longer than valid_lifetime")
     prefixes = {}
+    parsed: dict[Any, ipaddress.IPv6Network] = {}  # a room's /64 is parsed once for its devices
     for mac, prefix in (raw.get("prefixes") or {}).items():
         if not MAC_RE.fullmatch(str(mac)):
             raise ConfigError(f"{mac!r} is not a MAC address (lower-case hex pairs)")
-        try:
-            net = ipaddress.IPv6Network(prefix)
-        except ValueError as exc:
-            raise ConfigError(f"prefix of {mac}: {exc}") from exc
-        if net.prefixlen != 64:
-            raise ConfigError(f"prefix of {mac}: {net} is not a /64 (SLAAC needs one)")
+        net = parsed.get(prefix) if isinstance(prefix, str) else None
+        if net is None:
+            net = _prefix64(mac, prefix, check_only)
+            if isinstance(prefix, str):
+                parsed[prefix] = net
         prefixes[bytes.fromhex(mac.replace(":", ""))] = net
     pid_file = raw.get("pid_file", "/run/portal-ra.pid")
     if not isinstance(pid_file, str) or not pid_file.startswith("/"):
         raise ConfigError("pid_file must be an absolute path")
     return {"interface": iface, "source": source, "prefixes": prefixes, "pid_file": pid_file,
             **numbers}  # fmt: skip
+
+
+def _pid_file_of(path: str) -> Config:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = json.loads(fh.read())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    pid_file = raw.get("pid_file", "/run/portal-ra.pid") if isinstance(raw, dict) else None
+    if not isinstance(pid_file, str) or not pid_file.startswith("/"):
+        raise ConfigError("pid_file must be an absolute path")
+    return {"pid_file": pid_file}
+
+
+def _prefix64(mac: str, prefix: Any, check_only: bool = False) -> Any:
+    """A device's /64 (at 60,000 devices the file is checked with every push that changes it:
+    the address through inet_pton, about ten times faster than IPv6Network's parser);
+    `check_only`: validated, answered as the text."""
+    if isinstance(prefix, str) and prefix.endswith("/64") and "%" not in prefix:
+        try:
+            packed = socket.inet_pton(socket.AF_INET6, prefix[:-3])
+        except OSError:
+            packed = b""
+        if len(packed) == 16 and not any(packed[8:]):
+            if check_only:
+                return prefix
+            return ipaddress.IPv6Network((int.from_bytes(packed, "big"), 64))
+    try:
+        net = ipaddress.IPv6Network(prefix)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"prefix of {mac}: {exc}") from exc
+    if net.prefixlen != 64:
+        raise ConfigError(f"prefix of {mac}: {net} is not a /64 (SLAAC needs one)")
+    return net
 
 
 def checksum(data: bytes) -> int:
@@ -235,7 +272,11 @@ def main(argv: list[str]) -> int:
         return 2
     verb, path = argv
     try:
-        cfg = load(path)
+        # reload: the daemon validates the file itself at SIGHUP (and keeps its configuration
+        # when it is refused), and the agent checked it before writing it: only its pid file
+        # is read here (a full load of 60,000 prefixes: 0.2 s on the path of every push).
+        check = verb == "check"
+        cfg = _pid_file_of(path) if verb == "reload" else load(path, check_only=check)
     except ConfigError as exc:
         sys.stderr.write(f"portal-ra: {exc}\n")
         return 1

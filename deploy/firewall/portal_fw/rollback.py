@@ -26,23 +26,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import nft, tc
+from . import deferred, nft, tc
 from .common import JSON, HelperError, conflict, failed, now_iso, run
-from .host import Host
-
-
-def write_bytes_atomic(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.portal-fw-{secrets.token_hex(4)}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode)
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+from .host import Host, write_bytes_atomic
 
 
 def capture(host: Host, devices: Iterable[str]) -> JSON:
@@ -200,7 +186,9 @@ def restore(host: Host, reason: str, extra_devices: Iterable[str] = ()) -> JSON:
         except OSError as exc:
             errors.append(f"file {name}: {exc}")
             continue
-        if art.reload and info["present"]:  # a file that was absent is removed, not reloaded
+        if art.deferred and info["present"]:  # Kea follows on its own path (deferred.py)
+            deferred.request(host, name)
+        elif art.reload and info["present"]:  # a file that was absent is removed, not reloaded
             result = run(art.argv(art.reload, art.path), timeout=120)
             if result.returncode != 0:
                 errors.append(

@@ -22,14 +22,27 @@ NFT_WRITE_COMMANDS = frozenset({"add", "create", "delete", "destroy", "flush", "
 ELEMENT_STATEMENTS = frozenset({"add", "create", "delete", "destroy"})
 DEFINES = frozenset({"define", "redefine", "undefine"})
 NAME = re.compile(r"[A-Za-z0-9_.-]+")
+# Inside a block the splitter keeps no token, and only one could matter: `include`. Newlines,
+# `;` and comments inside a block neither end nor join a token there (the loop below drops
+# them), so a token `include` needs these letters in a row with only those in between. A text
+# where nothing like that occurs anywhere (strings and comments included) holds no such token,
+# and then a block's contents are skipped from brace, quote or comment to the next (a full
+# rule set of 100,000 members: 52 MB, 7 s a character at a time; issue 26).
+_GAP = r"(?:[\n;]|#[^\n]*)*"
+INCLUDE_LIKE = re.compile(_GAP.join("include"))
+BLOCK_MARK = re.compile(r'[{}"#]')
 
 
 def statements(text: str) -> list[tuple[int, list[str]]]:
     """Split nft text into top-level statements: (line number, tokens outside any braces).
 
     Tokens inside ``{ ... }`` blocks are dropped (a table block cannot name another table);
-    comments and quoted strings are honoured.
+    comments and quoted strings are honoured. Inside blocks the text is skipped from one brace,
+    quote or comment to the next unless something like ``include`` occurs (INCLUDE_LIKE): the
+    same statements, lines and refusals as a character at a time, in a fraction of the time.
     """
+    skip_blocks = INCLUDE_LIKE.search(text) is None
+    find_mark = BLOCK_MARK.search
     statements: list[tuple[int, list[str]]] = []
     tokens: list[str] = []
     start_line = 1
@@ -58,6 +71,13 @@ def statements(text: str) -> list[tuple[int, list[str]]]:
             start_line = line
 
     while i < n:
+        if depth and skip_blocks:
+            mark = find_mark(text, i)
+            j = mark.start() if mark else n
+            line += text.count("\n", i, j)
+            i = j
+            if i == n:
+                break
         ch = text[i]
         if ch == "\\" and i + 1 < n and text[i + 1] == "\n":
             flush_token()

@@ -2,7 +2,9 @@
 
 ``tc -batch`` applies line by line and stops at the first error with the lines before it
 applied; `static_check` catches what can be known without the kernel, and a batch that still
-fails half way makes apply-bundle restore the whole rollback point.
+fails half way makes apply-bundle restore the whole rollback point. A full tree (mode replace,
+and the saved batch a restore replays) is planned against what runs (`tctree`): the tree is
+kept when its layout is the same, built anew otherwise.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import re
 import socket
 
-from .common import HelperError, failed, refused, run
+from . import tctree
+from .common import JSON, HelperError, failed, refused, run
 from .host import Host
 
 TC_OBJECTS = frozenset({"qdisc", "class", "filter"})
@@ -165,35 +168,125 @@ def canon(dev: str) -> str:
     return "\n".join(sorted(lines)) + "\n"
 
 
-def apply(host: Host, mode: str, text: str) -> None:
-    """Run the batch and keep tc.current (a replace also drops the root qdisc of devices it no
-    longer names). Raises `failed` (artefact tc) when tc refuses a line."""
-    current = host.read_tc_current()
-    if mode == "replace":
-        for dev in sorted(devices(current) - devices(text)):
-            run(["tc", "qdisc", "del", "dev", dev, "root"], timeout=60)  # shaping dropped
-        new_current = text
-    else:
-        new_current = (current or "") + text
-    if text.strip():
-        result = run(["tc", "-batch", "-"], stdin=text)
+DELETE_VERBS = frozenset({"del", "delete"})
+
+
+def split_increment(text: str) -> tuple[str, str]:
+    """An increment's lines in two phases: what makes or changes (before the rule set that
+    names it) and what deletes (``class del``/``qdisc del``: after the rule set that stops
+    naming it), each in its order. A delete that something later in the batch depends on (the
+    same class made again, e.g. under another parent; a qdisc deleted and the device's tree
+    started anew) stays in the first phase, in its place."""
+    lines: list[tuple[str, str, str | None]] = []  # (device, line, what it deletes or None)
+    for raw in text.splitlines(keepends=True):
+        words = raw.split()
+        if not words or words[0].startswith("#"):
+            continue
+        dev = words[words.index("dev") + 1] if "dev" in words[:-1] else ""
+        deleted = None
+        if len(words) > 1 and words[0] in {"class", "qdisc"} and words[1] in DELETE_VERBS:
+            classid = words[words.index("classid") + 1] if "classid" in words[:-1] else None
+            deleted = f"class {classid}" if words[0] == "class" and classid else "qdisc"
+        lines.append((dev, raw if raw.endswith("\n") else raw + "\n", deleted))
+    before: list[str] = []
+    after: list[str] = []
+    for index, (dev, line, deleted) in enumerate(lines):
+        later = [ln for d, ln, gone in lines[index + 1 :] if d == dev and gone is None]
+        needed = deleted == "qdisc" and bool(later)
+        if deleted is not None and deleted.startswith("class "):
+            classid = deleted.split()[1]
+            needed = any(f" classid {classid} " in f" {ln.strip()} " for ln in later)
+        (after if deleted is not None and not needed else before).append(line)
+    return "".join(before), "".join(after)
+
+
+class Staged:
+    """A tc artefact in two phases around the rule set: `before` drops the shaping of devices
+    the text no longer names (no HTB left there: nothing is classified to a missing class),
+    makes and changes classes and builds a device anew; `after` removes classes. tc.current
+    is written once both ran."""
+
+    def __init__(self, host: Host, mode: str, text: str) -> None:
+        self.host = host
+        current = host.read_tc_current()
+        self.previous = current
+        self.summary: JSON = {}
+        self.dropped: list[str] = []
+        if mode == "replace":
+            # shaping dropped (no HTB left: nothing is classified there) before the build, the
+            # last device of a plan first (tctree: "The order the classes ...")
+            self.dropped = sorted(devices(current) - devices(text), reverse=True)
+            planned = tctree.plan(text)
+            self.before, self.after, self.current = planned.before, planned.after, text
+            self.summary = {"kept": planned.kept, "built": planned.built}
+        else:
+            self.before, self.after = split_increment(text)
+            self.current = (current or "") + text
+        self.ran_before = False
+
+    def run_before(self) -> None:
+        """Drop the devices no longer shaped, make and change classes (raises `failed`,
+        artefact tc, when tc refuses a line)."""
+        self.ran_before = True
+        for dev in self.dropped:
+            run(["tc", "qdisc", "del", "dev", dev, "root"], timeout=60)
+        _run_batch(self.before)
+
+    def undo_before(self) -> list[str]:
+        """The rule set was refused after `run_before`: put back the tree tc.current holds
+        (planned against what runs: the classes made are deleted, the changed ones replaced).
+        Answers errors (empty: done)."""
+        if not self.ran_before or not (self.before.strip() or self.dropped):
+            return []
+        made = devices(self.before) - devices(self.previous)
+        return replay(self.previous, sorted(made | devices(self.previous)))
+
+    def run_after(self) -> JSON:
+        """Remove the classes the rule set no longer names, keep tc.current; answers the
+        summary."""
+        _run_batch(self.after)
+        if self.current.strip():
+            self.host.write_file(self.host.tc_current, self.current)
+        else:
+            self.host.tc_current.unlink(missing_ok=True)
+        return self.summary
+
+
+def _run_batch(batch: str) -> None:
+    if batch.strip():
+        result = run(["tc", "-batch", "-"], stdin=batch)
         if result.returncode != 0:
             detail = (result.stderr or result.stdout).strip()[-4000:]
             raise failed("tc rejected the batch half way", detail, artefact="tc")
-    if new_current.strip():
-        host.write_file(host.tc_current, new_current)
-    else:
-        host.tc_current.unlink(missing_ok=True)
+
+
+def apply(host: Host, mode: str, text: str) -> JSON:
+    """Run the batch and keep tc.current (both phases of `Staged` one after the other). A
+    replace (the whole tree) is planned against what each device runs (`tctree`: the tree is
+    kept when its layout is the same, built through pfifo otherwise) and drops the root qdisc
+    of devices it no longer names; an increment runs as it is (deletes last). Answers which
+    devices kept their tree and which were built. Raises `failed` (artefact tc) when tc
+    refuses a line."""
+    staged = Staged(host, mode, text)
+    staged.run_before()
+    return staged.run_after()
 
 
 def replay(saved: str | None, device_names: list[str]) -> list[str]:
-    """Put back shaping from a saved batch: delete the root qdisc of every device involved,
-    replay the batch (the compiler's starts with a pfifo root, so replays are clean)."""
-    errors = []
+    """Put back shaping from a saved batch (the full tree and the increments after it): a
+    device the batch names gets it planned like a full load (its tree kept when the layout is
+    the same), every other device involved loses its root qdisc."""
+    errors: list[str] = []
+    named = devices(saved)
     for dev in device_names:  # no root qdisc already: tc answers an error, nothing to do
-        run(["tc", "qdisc", "del", "dev", dev, "root"], timeout=60)
+        if dev not in named:
+            run(["tc", "qdisc", "del", "dev", dev, "root"], timeout=60)
     if saved is not None:
-        result = run(["tc", "-batch", "-"], stdin=saved)
+        try:
+            batch = tctree.plan(saved).text
+        except HelperError as exc:
+            return [*errors, f"tc: {exc.message}: {exc.detail}"]
+        result = run(["tc", "-batch", "-"], stdin=batch)
         if result.returncode != 0:
             errors.append(f"tc: {(result.stderr or result.stdout).strip()}")
     return errors

@@ -7,14 +7,16 @@ Read over netlink (about 10x faster than `nft -j` at 100,000 members), `nft -j` 
 
 from __future__ import annotations
 
+import errno
+import json
+import re
 import secrets
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
-from . import nft
-from .common import JSON, now_iso
+from .common import JSON, now_iso, run
 from .host import Host
 from .netlink import (
     NFPROTO,
@@ -38,6 +40,7 @@ from .netlink import (
     NetlinkError,
     NftNetlink,
     align4,
+    nla,
     nla_encode,
     nla_first,
     nla_list,
@@ -186,10 +189,94 @@ def read_counted_netlink(
     return out
 
 
+ACCT_DELETE = re.compile(r"^[ \t]*delete element inet (\S+) (acct\w+) \{ ([^{}]*) \}", re.MULTILINE)
+NLA_F_NESTED = 0x8000
+
+
+def removed_keys(host: Host, text: str) -> dict[str, list[str]]:
+    """{set: [key, ...]} of the accounting elements an nft text deletes."""
+    table = f"{host.prefix}fw"
+    out: dict[str, list[str]] = {}
+    for where, name, body in ACCT_DELETE.findall(text):
+        if where == table and name in ACCT_SETS:
+            out.setdefault(name, []).extend(k.strip() for k in body.split(",") if k.strip())
+    return out
+
+
+def _element_key(key: str) -> bytes:
+    family = socket.AF_INET6 if ":" in key else socket.AF_INET
+    return socket.inet_pton(family, key)  # raises OSError (ValueError) for anything else
+
+
+def read_elements_netlink(
+    nl: NftNetlink, table: str, name: str, keys: list[str]
+) -> dict[str, list[int]]:
+    """{key: [packets, bytes]} of the named elements of one counted set (one GET each; a key
+    the set lacks is left out)."""
+    counted: dict[str, list[int]] = {}
+    head = nla_str(NFTA_SET_ELEM_LIST_TABLE, table) + nla_str(NFTA_SET_ELEM_LIST_SET, name)
+    for key in keys:
+        element = nla(
+            NFTA_LIST_ELEM | NLA_F_NESTED,
+            nla(NFTA_SET_ELEM_KEY | NLA_F_NESTED, nla(NFTA_DATA_VALUE, _element_key(key))),
+        )
+        request = head + nla(NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, element)
+        try:
+            for _family, payload in nl.request(
+                NFT_MSG_GETSETELEM, NFPROTO["inet"], request, dump=False
+            ):
+                elements = nla_first(payload, NFTA_SET_ELEM_LIST_ELEMENTS)
+                if elements is not None:
+                    counted.update(acct_elements(elements))
+        except NetlinkError as exc:
+            if exc.errno != errno.ENOENT:  # not there: nothing to carry (nft refuses the text)
+                raise
+    return counted
+
+
+def read_removed(host: Host, text: str) -> dict[str, dict[str, list[int]]]:
+    """The counters of the accounting elements an increment deletes, read right before it is
+    loaded (a removed device's bytes since the last reading would go with its element): one
+    netlink GET per element, else the whole sets (nft -j)."""
+    keys = removed_keys(host, text)
+    if not keys:
+        return {}
+    table = f"{host.prefix}fw"
+    try:
+        with NftNetlink() as nl:
+            return {name: read_elements_netlink(nl, table, name, ks) for name, ks in keys.items()}
+    except (NetlinkError, OSError, ValueError):
+        kernel = read_acct_kernel(host)
+        return {
+            name: {k: kernel[name][k] for k in ks if k in kernel.get(name, {})}
+            for name, ks in keys.items()
+        }
+
+
+def counted_elements(host: Host, name: str, timeout: float) -> dict[str, tuple[int, int]] | None:
+    """{element: (packets, bytes)} of a counted set of the portal's `fw` table, by `nft -j`
+    (None: no such set, or nft failed)."""
+    result = run(["nft", "-j", "list", "set", "inet", f"{host.prefix}fw", name], timeout=timeout)
+    if result.returncode != 0:
+        return None
+    try:
+        items = json.loads(result.stdout).get("nftables", [])
+    except ValueError:
+        return None
+    counted: dict[str, tuple[int, int]] = {}
+    for item in items:
+        for elem in (item.get("set") or {}).get("elem", []):
+            e = elem.get("elem") if isinstance(elem, dict) else None
+            if isinstance(e, dict) and isinstance(e.get("val"), str):
+                c = e.get("counter") or {}
+                counted[e["val"]] = (int(c.get("packets") or 0), int(c.get("bytes") or 0))
+    return counted
+
+
 def read_acct_json(host: Host) -> dict[str, dict[str, list[int]]]:
     out: dict[str, dict[str, list[int]]] = {}
     for name in ACCT_SETS:
-        counted = nft.counted_elements(host, name, timeout=120)
+        counted = counted_elements(host, name, timeout=120)
         if counted is not None:
             out[name] = {key: [packets, octets] for key, (packets, octets) in counted.items()}
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from . import apply, health, kea, traffic
+from . import apply, health, kea, leasefile, traffic
 from .common import JSON, refused
 from .host import Host
 
@@ -56,7 +56,14 @@ VERBS: dict[str, Verb] = {
     "rollback": Verb(apply.rollback_verb, {}),
     "health": Verb(health.health, {"sample_ms": Arg(int, 0, 2000), "no_digest": Arg(bool)}),
     "traffic": Verb(traffic.traffic, {}),
-    "dhcp-leases": Verb(kea.dhcp_leases, {}),
+    "dhcp-leases": Verb(
+        kea.dhcp_leases,
+        {
+            "since_inode": Arg(int, 0, (1 << 63) - 1),
+            "since_offset": Arg(int, 0, (1 << 62) - 1),
+            "since_check": Arg(int, 0, leasefile.CURSOR_CHECK_MAX),
+        },
+    ),
     "ha-resync": Verb(health.ha_resync, {}),
     "version": Verb(apply.version, {}, operator=True),
     "digest": Verb(apply.digest_verb, {}, operator=True),

@@ -22,7 +22,7 @@ from tests.e2e.kernel_lab.vm import Case
 from tests.e2e.ruleset.scenario import DORM_ADDRESSES, HOST, POLICY, lab_members
 from workers.ruleset import compile_snapshot
 from workers.ruleset import snapshot as s
-from workers.ruleset.ha import conntrackd_config
+from workers.ruleset.ha import conntrackd_config, keepalived_config
 from workers.ruleset.host import Ha
 
 FAST = dataclasses.replace(HOST, fast_path=True)
@@ -125,7 +125,7 @@ sleep 1
 echo "offload_gone_after=$(offloaded 'dport=7007 ')"
 echo "offload_kept_after=$(offloaded 'dport=8080 ')"
 block after_conntrack in_ns $FW conntrack -L
-sleep 2
+wait_ended $g
 echo "gone_alive=$(kill -0 $g 2>/dev/null && echo yes || echo no)"
 echo "kept_alive=$(kill -0 $k 2>/dev/null && echo yes || echo no)"
 kill $k $g 2>/dev/null
@@ -191,84 +191,126 @@ sleep 1
 echo "offload_gone_after=$(offloaded 'dport=2222 ')"
 echo "offload_kept_after=$(offloaded 'dport=2230 ')"
 block after_conntrack in_ns $FW conntrack -L -f ipv6
-sleep 2
+wait_ended $g
 echo "gone_alive=$(kill -0 $g 2>/dev/null && echo yes || echo no)"
 echo "kept_alive=$(kill -0 $k 2>/dev/null && echo yes || echo no)"
-kill $k $g 2>/dev/null
+kill $g 2>/dev/null
+# Then the device itself is removed (its openings with it): its address is in no set any more,
+# and the flow through 2230 ends as well (the check goes by the flow's direction).
+in_ns $FW nft -f rules3.nft
+echo "reload3=$?"
+wait_ended $k
+echo "device_gone_alive=$(kill -0 $k 2>/dev/null && echo yes || echo no)"
+kill $k 2>/dev/null
 block gone cat gone.log
 block kept cat kept.log
 echo "ended=$(rule_counter opening_kept 'opening removed: its connection ends')"
 """
 
-# HA with the fast path: the primary ($FW) and a backup ($FW2) with the same rule set, each
-# with the product's conntrackd.conf (workers/ruleset/ha.py: FT-FW over UDP on pl-cfws). A
-# flow through member 1's forward is offloaded on the primary; then what the backup's
-# conntrackd holds of it; then a failover by hand (keepalived is not in the VM: see
-# deploy/kernel-lab/README.md): the primary's links go down, the backup runs what
-# portal-ha's notify runs on becoming primary (conntrackd -c, -f, -R, -B), the member and
-# Internet sides route through the backup. Does the flow go on, and is it offloaded there?
+# HA with the fast path: the primary ($FW) and a backup ($FW2) with the same rule set on shared
+# member and Internet segments, each running the product's keepalived.conf and conntrackd.conf
+# (workers/ruleset/ha.py: VRRPv3 unicast and FT-FW over UDP on pl-cfws), keepalived's notify
+# hook the product's portal-ha (deploy/firewall/portal-ha, Debian's Python in the VM). A flow
+# through member 1's forward is offloaded on the primary; what the backup's conntrackd holds of
+# it; then the operator's failover (lab.sh `failover`: the primary's priority file -254, so its
+# instance goes to FAULT): keepalived moves the gateways, portal-ha commits the backup's external
+# cache. Does the flow go on, and is it offloaded there?
 HA_FAILOVER = """
 load_rules . || exit 3
 pair_up
 in_ns $FW2 tc -batch rules.tc && in_ns $FW2 nft -f rules.nft || exit 3
-mkdir -p /run/ctd-a /run/ctd-b
-in_ns $FW conntrackd -d -C ctd-a.conf
-in_ns $FW2 conntrackd -d -C ctd-b.conf
-sleep 2
+mkdir -p /run/ha-a /run/ha-b
+in_ns $FW conntrackd -d -C $PWD/ctd-a.conf
+in_ns $FW2 conntrackd -d -C $PWD/ctd-b.conf
+sleep 1
+stamp keepalived
+in_ns $FW keepalived -P -n -l -D -f $PWD/ka-a.conf -p /run/ha-a/keepalived.pid -r /run/ha-a/vrrp.pid > ka-a.log 2>&1 &
+in_ns $FW2 keepalived -P -n -l -D -f $PWD/ka-b.conf -p /run/ha-b/keepalived.pid -r /run/ha-b/vrrp.pid > ka-b.log 2>&1 &
+wait_state /run/ha-a MASTER; echo "primary_master=$?"
+wait_state /run/ha-b BACKUP; echo "backup_backup=$?"
+stamp roles
 in_ns $DORM iperf3 -s -1 -p 7007 -B 10.100.0.10 > server.log 2>&1 &
 sleep 1
 in_ns $INET timeout 300 iperf3 -c 198.51.100.5 -p 7007 -t 280 -i 1 --forceflush > flow.log 2>&1 &
 c=$!
 wait_entry 'dport=7007 ' '[OFFLOAD]'
 echo "offload_primary=$(offloaded 'dport=7007 ')"
-sleep 3
+# Until the backup's external cache holds both connections as ESTABLISHED (conntrackd sends
+# each state change; on a loaded host the emulated VM takes seconds for it), <= 20 s.
+i=0
+while [ $i -lt 40 ]; do
+    ext=$(in_ns $FW2 conntrackd -C $PWD/ctd-b.conf -e 2>/dev/null | grep 'dport=7007 ')
+    [ "$(echo "$ext" | grep -c ESTABLISHED)" -ge 2 ] && ! echo "$ext" | grep -qv ESTABLISHED && break
+    sleep 0.5
+    i=$((i + 1))
+done
+sleep 1
 block primary_ct in_ns $FW conntrack -L
-block primary_internal in_ns $FW conntrackd -C ctd-a.conf -i
-block backup_external in_ns $FW2 conntrackd -C ctd-b.conf -e
-echo "backup_has=$(in_ns $FW2 conntrackd -C ctd-b.conf -e 2>/dev/null | grep -c 'dport=7007 ')"
+block primary_internal in_ns $FW conntrackd -C $PWD/ctd-a.conf -i
+block backup_external in_ns $FW2 conntrackd -C $PWD/ctd-b.conf -e
+echo "backup_has=$(in_ns $FW2 conntrackd -C $PWD/ctd-b.conf -e 2>/dev/null | grep -c 'dport=7007 ')"
 before=$(grep -c 'sec ' flow.log)
-# The failover.
-in_ns $FW ip link set pl-cfwu down
-in_ns $FW ip link set pl-cfwd down
-for step in -c -f -R -B; do in_ns $FW2 conntrackd -C ctd-b.conf $step; echo "backup_step$step=$?"; done
-in_ns $DORM ip route replace default via 10.100.0.1 dev pl-cdd2 onlink
-in_ns $INET ip route replace 198.51.100.0/24 via 203.0.113.1 dev pl-ciu2 onlink
+# The failover, as lab.sh's `failover` does it: the primary's priority file.
+stamp failover
+echo -254 > /run/ha-a/priority-ipv4
+wait_state /run/ha-b MASTER; echo "backup_master=$?"
+stamp backup_master
+# The first listing of the flow on the backup once its notify committed the external cache.
+FW=$FW2 wait_entry 'dport=7007 ' 'ESTABLISHED'
 block backup_ct_committed in_ns $FW2 conntrack -L
 FW=$FW2 wait_entry 'dport=7007 ' '[OFFLOAD]'
+stamp backup_offload
 echo "offload_backup=$(FW=$FW2 offloaded 'dport=7007 ')"
+wait_state /run/ha-a FAULT; echo "primary_fault=$?"
 sleep 4
 block backup_ct_after in_ns $FW2 conntrack -L
 echo "alive=$(kill -0 $c 2>/dev/null && echo yes || echo no)"
 after=$(grep -c 'sec ' flow.log)
 echo "intervals_before=$before"
 echo "intervals_after=$after"
+echo "vip_primary=$(in_ns $FW ip -4 -o addr show | grep -c ' 10.100.0.1/16 \\| 203.0.113.1/24 ')"
+echo "vip_backup=$(in_ns $FW2 ip -4 -o addr show | grep -c ' 10.100.0.1/16 \\| 203.0.113.1/24 ')"
 kill $c 2>/dev/null
 sleep 1
 block flow cat flow.log
+block notify_a cat /run/ha-a/notify.log
+block notify_b cat /run/ha-b/notify.log
 block backup_forward in_ns $FW2 nft list chain inet portal_fw forward
-block backup_stats in_ns $FW2 conntrackd -C ctd-b.conf -s
-block ctd_a_log cat /run/ctd-a/conntrackd.log
-block ctd_b_log cat /run/ctd-b/conntrackd.log
-in_ns $FW conntrackd -C ctd-a.conf -k
-in_ns $FW2 conntrackd -C ctd-b.conf -k
-pair_down
+block backup_stats in_ns $FW2 conntrackd -C $PWD/ctd-b.conf -s
+for ns in $FW $FW2; do for pid in $(ip netns pids $ns); do kill $pid 2>/dev/null; done; done
+sleep 1
+block ka_a cat ka-a.log
+block ka_b cat ka-b.log
+pair_down "{dorm}"
 """
 
 
-def conntrackd_conf(local: str, peer: str, run_dir: str) -> str:
-    """The product's conntrackd.conf for one firewall of the VM's pair."""
+def ha_configs(primary: bool) -> dict[str, str]:
+    """The product's keepalived.conf and conntrackd.conf for one firewall of the VM's pair
+    (the primary: sync address .1, IPv4 priority 200; the backup: .2, 100)."""
+    tag, local, peer = (
+        ("a", "10.255.254.1", "10.255.254.2") if primary else ("b", "10.255.254.2", "10.255.254.1")
+    )
     ha = Ha(
         sync_interface="pl-cfws",
         local4=IPv4Address(local),
         peer4=IPv4Address(peer),
-        # the gateways keepalived would move (here they sit on both hosts from the start)
+        priority4=200 if primary else 100,
         addresses4=(("pl-cfwd", "10.100.0.1/16"), ("pl-cfwu", "203.0.113.1/24")),
-        run_dir=run_dir,
+        # 1 s adverts instead of the site's default 100 ms: emulation on a busy machine stalls
+        # the VM for longer than 3 x 100 ms now and then, and the backup would take over on its
+        # own. The operator's failover below does not wait for adverts (priority 0 advert).
+        advert_ms=1000,
+        track_interfaces=("pl-cfwd", "pl-cfwu"),
+        run_dir=f"/run/ha-{tag}",
+        notify="/lab/portal-fw/portal-ha",
+        conntrackd_config=f"/lab/cases/ha_failover/ctd-{tag}.conf",
     )
     snapshot = s.Snapshot(policy=POLICY, host=FAST, members=lab_members(), ha=ha)
-    text = conntrackd_config(snapshot)
-    assert text is not None
-    return text
+    keepalived, conntrackd = keepalived_config(snapshot), conntrackd_config(snapshot)
+    assert keepalived is not None
+    assert conntrackd is not None
+    return {f"ka-{tag}.conf": keepalived, f"ctd-{tag}.conf": conntrackd}
 
 
 QUOTA_IN = 100
@@ -281,6 +323,12 @@ def with_openings(*ports: int) -> tuple[s.Member, ...]:
     udp = tuple(o for o in m1.openings if o.protocol != "tcp")
     tcp = tuple(s.Opening(100 + p, 10, "tcp", p) for p in ports)
     return (dataclasses.replace(m1, openings=udp + tcp), *rest)
+
+
+def without_device1() -> tuple[s.Member, ...]:
+    """The lab's members with member 1's device removed (its forwards and openings with it)."""
+    m1, *rest = lab_members()
+    return (dataclasses.replace(m1, devices=(), forwards=(), openings=()), *rest)
 
 
 def all_cases() -> list[Case]:
@@ -326,18 +374,15 @@ def all_cases() -> list[Case]:
             {
                 **rules(members=with_openings(2222, 2230)),
                 "rules2.nft": rules(members=with_openings(2230))["rules.nft"],
+                "rules3.nft": rules(members=without_device1())["rules.nft"],
             },
             timeout=150,
         ),
         Case(
             "ha_failover",
-            HA_FAILOVER,
-            {
-                **rules(),
-                "ctd-a.conf": conntrackd_conf("10.255.254.1", "10.255.254.2", "/run/ctd-a"),
-                "ctd-b.conf": conntrackd_conf("10.255.254.2", "10.255.254.1", "/run/ctd-b"),
-            },
-            timeout=120,
+            HA_FAILOVER.replace("{dorm}", DORM),
+            {**rules(), **ha_configs(primary=True), **ha_configs(primary=False)},
+            timeout=150,
         ),
         Case(
             "floods",

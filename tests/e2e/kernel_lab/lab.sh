@@ -101,6 +101,7 @@ reset_lab() {  # between cases: no process, rule set, shaper or conntrack entry 
         for pid in $(ip netns pids "$ns"); do kill -9 "$pid" 2>/dev/null; done
     done
     in_ns $FW nft delete table inet portal_fw 2>/dev/null
+    in_ns $FW nft delete table ip portal_nat 2>/dev/null
     for dev in pl-cfwu pl-cfwd; do in_ns $FW tc qdisc del dev $dev root 2>/dev/null; done
     in_ns $FW conntrack -F 2>/dev/null
     in_ns $FW conntrack -F -f ipv6 2>/dev/null
@@ -116,9 +117,11 @@ teardown() {  # every namespace and the processes in it
 
 FW2=pl-cfw2
 
-pair_up() {  # a second firewall (the backup) beside $FW: the same interface names and addresses
-    # on links of its own to the Internet side (pl-ciu2) and the member side (pl-cdd2), and a
-    # sync link pl-cfws between the two (10.255.254.1 / .2)
+pair_up() {  # the HA pair: a second firewall (the backup) beside $FW on the same segments
+    # Member side and Internet side become one segment each (a bridge in pl-cdorm and in
+    # pl-cinet, with each firewall's link as a port), so that the gateways 10.100.0.1 and
+    # 203.0.113.1 are virtual addresses keepalived moves; each firewall keeps an address of
+    # its own (.2 / .3). A sync link pl-cfws joins the firewalls (10.255.254.1 / .2).
     ip netns add $FW2
     in_ns $FW2 ip link set lo up
     in_ns $FW2 sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
@@ -130,23 +133,64 @@ pair_up() {  # a second firewall (the backup) beside $FW: the same interface nam
     in_ns $FW ip link add pl-cfws type veth peer name pl-cfws2
     in_ns $FW ip link set pl-cfws2 netns $FW2
     in_ns $FW2 ip link set pl-cfws2 name pl-cfws
-    for pair in "$FW2 pl-cfwu" "$FW2 pl-cfwd" "$FW2 pl-cfws" "$FW pl-cfws" "$INET pl-ciu2" "$DORM pl-cdd2"; do
+    for side in "$DORM pl-cdbr pl-cdd pl-cdd2" "$INET pl-cibr pl-ciu pl-ciu2"; do
+        set -- $side
+        in_ns $1 ip link add $2 type bridge
+        in_ns $1 ip link set $3 master $2
+        in_ns $1 ip link set $4 master $2
+        in_ns $1 ip link set $4 up
+        in_ns $1 ip link set $2 up
+    done
+    dorm4=$(ha_dorm4)
+    in_ns $DORM ip -4 addr flush dev pl-cdd
+    for a in $dorm4; do in_ns $DORM ip addr add $a dev pl-cdbr; done
+    in_ns $DORM ip route replace default via 10.100.0.1 dev pl-cdbr
+    in_ns $INET ip -4 addr flush dev pl-ciu
+    in_ns $INET ip addr add 203.0.113.10/24 dev pl-cibr
+    in_ns $INET ip route replace 198.51.100.0/24 via 203.0.113.1 dev pl-cibr
+    in_ns $FW ip addr del 10.100.0.1/16 dev pl-cfwd
+    in_ns $FW ip addr del 203.0.113.1/24 dev pl-cfwu
+    for pair in "$FW 2" "$FW2 3"; do
+        set -- $pair
+        in_ns $1 ip addr add 10.100.0.$2/16 dev pl-cfwd
+        in_ns $1 ip addr add 203.0.113.$2/24 dev pl-cfwu
+    done
+    for pair in "$FW2 pl-cfwu" "$FW2 pl-cfwd" "$FW2 pl-cfws" "$FW pl-cfws"; do
         set -- $pair
         in_ns $1 ip link set $2 up
     done
-    in_ns $FW2 ip addr add 203.0.113.1/24 dev pl-cfwu
-    in_ns $FW2 ip addr add 10.100.0.1/16 dev pl-cfwd
     in_ns $FW ip addr add 10.255.254.1/24 dev pl-cfws
     in_ns $FW2 ip addr add 10.255.254.2/24 dev pl-cfws
 }
 
-pair_down() {  # the backup gone, the primary's links up again, the routes as topo made them
-    for pid in $(ip netns pids $FW2); do kill -9 "$pid" 2>/dev/null; done
-    ip netns del $FW2 2>/dev/null
-    in_ns $FW ip link del pl-cfws 2>/dev/null
-    in_ns $FW ip link set pl-cfwu up
-    in_ns $FW ip link set pl-cfwd up
-    in_ns $INET ip route replace 198.51.100.0/24 via 203.0.113.1 dev pl-ciu
-    in_ns $DORM ip route replace default via 10.100.0.1 dev pl-cdd
-    return 0
+ha_dorm4() {  # the member side's IPv4 device addresses (as topo put them on pl-cdd)
+    in_ns $DORM ip -4 -o addr show dev pl-cdd | sed -n 's/.* inet \([0-9./]*\) .*/\1/p'
+}
+
+ha_state() {  # ha_state RUN_DIR : the VRRP state portal-ha's notify recorded for IPv4
+    sed -n 's/.*"state": "\([A-Z]*\)".*/\1/p' "$1/state-ipv4.json" 2>/dev/null
+}
+
+wait_ended() {  # wait_ended PID : until the process has ended, <= 20 s (a reset flow's client
+    # notices with its next send; under a loaded host's emulation that takes seconds)
+    i=0
+    while kill -0 $1 2>/dev/null && [ $i -lt 40 ]; do
+        sleep 0.5
+        i=$((i + 1))
+    done
+}
+
+wait_state() {  # wait_state RUN_DIR STATE : until portal-ha recorded STATE, <= 30 s
+    i=0
+    while [ $i -lt 120 ]; do
+        [ "$(ha_state $1)" = "$2" ] && return 0
+        sleep 0.25
+        i=$((i + 1))
+    done
+    return 1
+}
+
+pair_down() {  # the pair gone: every namespace rebuilt as topo made it (DORM addresses: $1)
+    teardown
+    topo "$1"
 }

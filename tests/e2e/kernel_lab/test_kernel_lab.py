@@ -69,12 +69,14 @@ def test_what_the_counters_see_with_the_fast_path(case) -> None:
     (the flowtable's `counter`)."""
     on, off = case("fast_path_on"), case("fast_path_off")
     sent_on = json.loads(on.block("iperf_out"))["end"]["sum_sent"]["bytes"]
-    sent_off = json.loads(off.block("iperf_out"))["end"]["sum_sent"]["bytes"]
+    # What arrived crossed the firewall; what was sent may still have sat in the sender's socket
+    # when the timed transfer ended (with GSO the headers add ~0.1 %, no margin for that).
+    received_off = json.loads(off.block("iperf_out"))["end"]["sum_received"]["bytes"]
     offered, _ = _pair(on.values()["offered"])
     assert 1 <= offered <= 60  # a few packets per connection (four connections), not the stream
     _, acct_on = _pair(on.values()["acct_out"])
     _, acct_off = _pair(off.values()["acct_out"])
-    assert acct_off >= sent_off  # the slow path counts every byte (plus headers)
+    assert acct_off >= received_off  # the slow path counts every byte (plus headers)
     assert acct_on < sent_on / 100  # the fast path: only what passed before the offload
     # Conntrack's counters include the offloaded packets (the flowtable's `counter`): the
     # entry read during the transfer already holds far more than accounting saw in all.
@@ -157,36 +159,88 @@ def test_an_ipv6_opening_removed_ends_its_offloaded_flow(case) -> None:
     assert int(values["offload_kept_after"]) >= 1
 
 
+def test_a_device_removed_ends_its_offloaded_ipv6_flows(case) -> None:
+    """The device removed (its openings with it): its address is in no set any more, and the
+    check goes by the flow's direction (started from the uplink side), so its flow ends too."""
+    r = case("opening_removed")
+    values = r.values()
+    assert values["reload3"] == "0"
+    assert values["device_gone_alive"] == "no", r.block("kept")[-1500:]
+    assert "Connection reset by peer" in r.block("kept")
+    ended, _ = _pair(values["ended"])
+    assert ended >= 2
+
+
+def _longest_stall(flow_log: str) -> int:
+    """The most consecutive one-second iperf3 intervals that carried no data."""
+    longest = run = 0
+    for line in flow_log.splitlines():
+        if " sec " not in line or "sender" in line or "receiver" in line:
+            continue
+        run = run + 1 if " 0.00 Bytes " in line else 0
+        longest = max(longest, run)
+    return longest
+
+
 def test_a_failover_keeps_an_offloaded_connection(case) -> None:
-    """Two firewalls with the product's conntrackd.conf (FT-FW on a sync link): conntrackd
-    syncs an offloaded entry like any other (ESTABLISHED; its own cache keeps the OFFLOAD
-    flag); committed on the backup it is an ordinary ESTABLISHED entry with the full timeout
-    (no OFFLOAD bit: the backup's flowtable has no such flow); after the failover the flow's
-    packets take the backup's classic path, it goes on, and is offloaded there again.
-    keepalived is not in the VM (deploy/kernel-lab/README.md): the failover is by hand, with
-    the conntrackd steps portal-ha's notify runs on becoming primary."""
+    """Two firewalls on shared segments, each with the product's keepalived.conf (VRRPv3 over
+    the sync link) and conntrackd.conf (FT-FW), keepalived's notify hook the product's
+    portal-ha. conntrackd syncs an offloaded entry like any other (ESTABLISHED; its own cache
+    keeps the OFFLOAD flag); on the operator's failover (the primary's priority file -254:
+    FAULT) keepalived moves the gateways, portal-ha commits the backup's external cache, the
+    flow's packets take the backup's classic path, it goes on and is offloaded there again."""
     r = case("ha_failover")
     values = r.values()
+    assert values["primary_master"] == "0"
+    assert values["backup_backup"] == "0"
     assert int(values["offload_primary"]) >= 1
     assert int(values["backup_has"]) >= 1
     synced = [line for line in r.block("backup_external").splitlines() if "dport=7007 " in line]
     assert synced
-    assert all("ESTABLISHED" in line for line in synced)
-    assert any("[OFFLOAD]" in line for line in synced)
+    assert all("ESTABLISHED" in line for line in synced), synced
+    assert any("[OFFLOAD]" in line for line in synced), synced
+    # The failover: keepalived on both sides, portal-ha's steps on the new primary.
+    assert values["backup_master"] == "0", r.block("ka_b")[-2000:]
+    assert values["primary_fault"] == "0", r.block("ka_a")[-2000:]
+    assert values["vip_backup"] == "2"
+    assert values["vip_primary"] == "0"
+    notify = r.block("notify_b")
+    assert "ipv4 -> MASTER" in notify
     for step in ("-c", "-f", "-R", "-B"):  # commit, flush, resync, bulk send: all succeed
-        assert re.search(rf"^backup_step{step}=0$", r.output, re.M), step
+        assert re.search(rf"conntrackd {step}: exit 0 ", notify), (step, notify)
+    # The backup's entries right after the commit: each is ESTABLISHED (committed, not yet
+    # offloaded: no OFFLOAD bit, the full established timeout) or already offloaded again.
+    # The idle control connection shows the commit itself (no packet has offered it yet).
     committed = [
         line for line in r.block("backup_ct_committed").splitlines() if "dport=7007 " in line
     ]
     assert committed
-    assert all("ESTABLISHED" in line and "[OFFLOAD]" not in line for line in committed)
+    assert all("ESTABLISHED" in line or "[OFFLOAD]" in line for line in committed)
+    fresh = [line for line in committed if "ESTABLISHED" in line]
+    assert fresh, committed
+    assert all("[OFFLOAD]" not in line for line in fresh)
+    # The idle control connection keeps the commit's timeout: 5 days, less a few seconds. The
+    # data connection goes on at once, so by the time of the listing the kernel may have set
+    # its timeout again, to one of its own values, as for any flow: the retransmission timeout
+    # (300 s; nf_conntrack_tcp_timeout_max_retrans and _unacknowledged) if its first packets on
+    # the backup were retransmissions after the stall (seen once in CI), or one day if the
+    # backup's flowtable took it and handed it back to the classic path before the listing
+    # (nf_ct_offload_timeout sets NF_CT_DAY on an entry with less than half a day left, as
+    # after the retransmission timeout; the hand-back only lowers a timeout above the
+    # established one: seen once in CI, 86397 s).
+    timeouts = [int(line.split()[2]) for line in fresh]
+    assert any(t > 400_000 for t in timeouts), committed
+    assert all(t > 400_000 or 250 < t <= 300 or 86_000 < t <= 86_400 for t in timeouts), committed
+    # ... and offloaded again on the backup, in its own flowtable.
     assert int(values["offload_backup"]) >= 1
     assert values["alive"] == "yes", r.block("flow")[-1500:]
     # It carried data after the failover: several more intervals, the last ones not empty.
     assert int(values["intervals_after"]) >= int(values["intervals_before"]) + 4
-    intervals = [line for line in r.block("flow").splitlines() if " sec " in line]
+    flow = r.block("flow")
+    intervals = [line for line in flow.splitlines() if " sec " in line]
     assert "0.00 Bytes" not in intervals[-1]
-    assert "error" not in r.block("flow")
+    assert "error" not in flow
+    assert _longest_stall(flow) <= 10, flow[-1500:]
 
 
 def test_flood_defences_on_debians_kernel(case) -> None:

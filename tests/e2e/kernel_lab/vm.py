@@ -24,6 +24,9 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parents[3]
 LAB_SH = Path(__file__).with_name("lab.sh")
 KERNEL_LAB = ROOT / "deploy" / "kernel-lab" / "kernel_lab.py"
+# The host package and its HA hook, as /lab/portal-fw/ inside (keepalived's notify program in
+# the HA case; Debian's Python 3.11 is in the VM's image).
+HOST_PACKAGE = ROOT / "deploy" / "firewall"
 
 
 def kernel_lab_module() -> ModuleType:
@@ -102,6 +105,12 @@ def run_all(cases: list[Case], setup: str = "", timeout: float = 420) -> Run:
         d = Path(tmp)
         shutil.copy2(LAB_SH, d / "lab.sh")
         (d / "setup.sh").write_text(setup)
+        shutil.copytree(
+            HOST_PACKAGE / "portal_fw",
+            d / "portal-fw" / "portal_fw",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        shutil.copy2(HOST_PACKAGE / "portal-ha", d / "portal-fw" / "portal-ha")
         for case in cases:
             cd = d / "cases" / case.name
             cd.mkdir(parents=True)

@@ -23,10 +23,11 @@ def digest_every_collection(settings):
 
 
 TABLE = ("inet", "portal_fw")
+NAT_TABLE = ("ip", "portal_nat")  # the NAT chains and maps: the second portal table
 
 
 def forward_elements() -> str:
-    return in_ns("pl-nat1", "nft", "list", "map", *TABLE, "fwd_tcp").stdout
+    return in_ns("pl-nat1", "nft", "list", "map", *NAT_TABLE, "fwd_tcp").stdout
 
 
 def forward_chain() -> str:
@@ -39,8 +40,8 @@ def member_class() -> str:
 
 HAND_CHANGES = {
     "element deleted from a port-forward map": (
-        ["nft", "delete", "element", *TABLE, "fwd_tcp", "{ 198.51.100.23 . 8080 }"],
-        "nft:inet portal_fw map fwd_tcp",
+        ["nft", "delete", "element", *NAT_TABLE, "fwd_tcp", "{ 198.51.100.23 . 8080 }"],
+        "nft:ip portal_nat map fwd_tcp",
         lambda: "198.51.100.23 . 8080" in forward_elements(),
     ),
     "rule added to a chain": (
@@ -107,3 +108,53 @@ def test_a_hand_change_is_detected_shown_and_repaired(change, applied, client_fo
     host.refresh_from_db()
     assert host.drift == []
     assert host_warnings(host=host, sample=sample) == []
+
+
+def nft_table_handle() -> str:
+    """The handle of the portal's table: a full load makes the table anew (another handle)."""
+    first_line = in_ns("pl-nat1", "nft", "-a", "list", "table", *TABLE).stdout.splitlines()[0]
+    return first_line.split("# handle ")[1].strip()
+
+
+def tc_events_during(action) -> list[str]:
+    """`tc monitor` on pl-nat1 while `action` runs: every qdisc/class change made."""
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", "pl-nat1", "stdbuf", "-oL", "tc", "monitor"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(0.5)
+        action()
+        time.sleep(0.5)
+    finally:
+        proc.terminate()  # our own monitor
+        out, _ = proc.communicate(timeout=5)
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def test_only_the_drifted_part_is_repaired(applied):
+    """Issue 26: a drift repair pushed everything. Now a tc drift is repaired by the tc tree
+    alone (the rule set is not loaded again: its table keeps its handle), and an nft drift by
+    the rule set alone (tc sees no change at all)."""
+    command, _, as_pushed = HAND_CHANGES["shaping class changed"]
+    assert in_ns("pl-nat1", *command).returncode == 0
+    table = nft_table_handle()
+    host = FirewallHost.objects.get(name="pl-nat1")
+    firewall_health_collect()
+    assert as_pushed()
+    assert nft_table_handle() == table  # nft untouched
+    host.refresh_from_db()
+    assert (host.drift, host.push_status) == ([], "applied")
+
+    command, _, as_pushed = HAND_CHANGES["rule added to a chain"]
+    assert in_ns("pl-nat1", *command).returncode == 0
+    events = tc_events_during(firewall_health_collect)
+    assert as_pushed()
+    assert nft_table_handle() != table  # the rule set was loaded again
+    assert events == []  # tc untouched
+    host.refresh_from_db()
+    assert (host.drift, host.push_status) == ([], "applied")

@@ -40,13 +40,14 @@ while time.monotonic() < deadline:
 HOLD = """
 import socket, sys, time
 ok, held, when = 0, [], []
-pace = float(sys.argv[6]) if len(sys.argv) > 6 else 0
-if len(sys.argv) > 7:  # started ahead: say so, then wait for the flood's "go"
+pace, go, connect_timeout = float(sys.argv[6]), sys.argv[7], float(sys.argv[8])
+if go == "on-go":  # started ahead: say so, then wait for the flood's "go"
     print("ready", flush=True); sys.stdin.readline()
 for _ in range(int(sys.argv[3])):
     try:
-        c = socket.create_connection((sys.argv[2], int(sys.argv[4])), timeout=1,
+        c = socket.create_connection((sys.argv[2], int(sys.argv[4])), timeout=connect_timeout,
                                      source_address=(sys.argv[1], 0) if sys.argv[1] != "-" else None)
+        c.settimeout(1)
         if c.recv(10) == b"hello":
             ok += 1; when.append(time.monotonic())
         held.append(c)
@@ -141,12 +142,14 @@ def hold(
     seconds: float,
     pace: float = 0,
     on_go: bool = False,
+    connect_timeout: float = 1,
 ) -> subprocess.Popen:
     """`count` connections from `src` (one every `pace` s), held open for `seconds`; with
-    `on_go`, returned ready and waiting for a "go" line (see flood_start)."""
+    `on_go`, returned ready and waiting for a "go" line (see flood_start). A connection not
+    made within `connect_timeout` seconds counts as refused."""
     proc = subprocess.Popen(
         ["ip", "netns", "exec", ns, "python3", "-c", HOLD, src, dst, str(count), str(port),
-         str(seconds), str(pace), *(["on-go"] if on_go else [])],
+         str(seconds), str(pace), "on-go" if on_go else "now", str(connect_timeout)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     if on_go:
@@ -166,7 +169,11 @@ class Flood(NamedTuple):
 
 
 def test_a_member_over_its_quota_gets_no_new_connections_and_others_are_unaffected(quotas):
-    greedy = hold("pl-dorm", A_DEVICE, "203.0.113.10", QUOTA_OUT + 20, 9100, 10)
+    # The 20 over the quota are dropped SYNs: each waits out its connect timeout, 0.25 s here
+    # (a handshake in the lab takes well under a millisecond; the kernel resends a SYN after 1 s).
+    greedy = hold(
+        "pl-dorm", A_DEVICE, "203.0.113.10", QUOTA_OUT + 20, 9100, 10, connect_timeout=0.25
+    )
     assert int(greedy.stdout.readline()) == QUOTA_OUT  # the quota, not one more
     other = hold("pl-dorm", B_DEVICE, "203.0.113.10", 40, 9100, 1)
     assert int(other.stdout.readline()) == 40  # another member connects as before

@@ -4,7 +4,7 @@ Each test runs the helper locally (its local-command mode, no SSH) inside networ
 creates itself (``pl-h1*``, veth pairs inside them, 10.x addresses only) and deletes afterwards.
 Nothing touches the root namespace or the shared lab namespaces (pl-nat1, pl-nat2, ...).
 
-    cd /work/wt-host && .venv/bin/pytest tests/e2e/lab/test_helper_bundle.py -p no:django
+    .venv/bin/pytest tests/e2e/lab/test_helper_bundle.py   (as root)
 """
 
 from __future__ import annotations
@@ -580,6 +580,53 @@ def test_incremental_answers_agree_with_a_fresh_full_digest(baseline: Host):
     assert answer.data["digest"]["total"] == host.fw("digest").data["digest"]["total"]
 
 
+# The rule set's NAT lives in a table of its own, of the ip family (IPv6 meets no NAT hook).
+NAT_TABLE = (
+    "table ip portal_nat {\n"
+    "\tmap fwd_tcp { type ipv4_addr . inet_service : ipv4_addr . inet_service;"
+    " elements = { 10.98.0.1 . 80 : 10.99.0.2 . 80 } }\n"
+    "\tchain dstnat {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n"
+    '\t\tiifname != "inet0" accept\n'
+    "\t\tmeta l4proto tcp dnat ip addr . port to ip daddr . th dport map @fwd_tcp\n\t}\n"
+    "\tchain srcnat {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t}\n"
+    "}\n"
+)
+
+
+def test_the_nat_table_is_loaded_digested_and_rolled_back_with_the_filter_table(baseline: Host):
+    """A host on the single inet table gets the second table in the full load; the digest
+    reads its parts, an increment of its map is element-only (read from the events), and one
+    rollback point holds both tables: taken back from one table to two, and from two to one."""
+    host = baseline  # inet portal_fw alone
+    one = host.snapshot()
+    answer = host.bundle(nft=nft("replace", nft_rules() + NAT_TABLE))
+    assert answer.rc == 0, answer
+    tables = host.ns_run("nft", "list", "tables").stdout
+    assert "table inet portal_fw" in tables
+    assert "table ip portal_nat" in tables
+    parts = set(answer.data["digest"]["parts"])
+    assert {"nft:ip portal_nat map fwd_tcp", "nft:ip portal_nat chain dstnat"} <= parts
+    assert host.fw("rollback").rc == 0  # two tables -> back to one
+    assert host.snapshot() == one
+    assert "portal_nat" not in host.ns_run("nft", "list", "tables").stdout
+
+    assert host.bundle(nft=nft("replace", nft_rules() + NAT_TABLE)).rc == 0
+    assert host.fw("confirm").rc == 0
+    two = host.snapshot()
+    step = host.bundle(
+        nft=_inc("add element ip portal_nat fwd_tcp { 10.98.0.1 . 8080 : 10.99.0.2 . 80 }\n")
+    )
+    assert step.rc == 0, step
+    assert step.data["digest"]["mode"] == "incremental", step.data
+    assert step.data["digest"]["read"] == ["nft:ip portal_nat map fwd_tcp"]
+    assert step.data["digest"]["total"] == host.fw("digest").data["digest"]["total"]
+    assert "8080" in host.ns_run("nft", "list", "map", "ip", "portal_nat", "fwd_tcp").stdout
+    assert host.fw("rollback").rc == 0
+    assert host.snapshot() == two
+    host.ns_run("nft", "delete", "element", "ip", "portal_nat", "fwd_tcp", "{ 10.98.0.1 . 80 }")
+    assert host.fw("digest").data["differs_from_applied"] == ["nft:ip portal_nat map fwd_tcp"]
+
+
 def test_an_increment_keeps_reporting_a_hand_change_to_another_part(baseline: Host):
     host = baseline
     host.ns_run("nft", "add", "element", "inet", "portal_fw", "blocked", "{ 10.9.9.1 }")
@@ -758,3 +805,275 @@ def test_a_refused_element_increment_leaves_the_host_exactly_as_it_was(
     assert _untouched(host) == before  # rule set, digest, point, state, record, no timer
     assert "10.9.0.7" not in host.nft_text()
     assert "10.9.0.8" not in host.nft_text()
+
+
+def test_a_full_replacement_is_checked_by_its_own_load_before_tc_and_files(baseline: Host):
+    """No separate nft -c (it costs what the load costs: about 8 s at 100,000 members): the
+    full text is loaded first, and a refused one leaves tc, the file, the rule set, the point
+    and the timer exactly as they were, answered like a failed check."""
+    host = baseline
+    increment_first = host.bundle(nft=_inc("add element inet portal_fw blocked { 10.9.0.5 }\n"))
+    assert increment_first.rc == 0
+    assert host.fw("confirm").rc == 0
+    before = _untouched(host)
+    demo_before = (host.etc / "demo.json").read_text()
+    answer = host.bundle(
+        nft=nft("replace", nft_rules(extra_rule="ip daddr @nosuch drop")),
+        tc=nft("replace", tc_batch(("1:10", "30mbit"), ("1:12", "2mbit"))),
+        demo=nft("replace", '{"v": 2}\n'),
+    )
+    assert answer.rc == 1, answer
+    assert (answer.data["phase"], answer.data["artefact"]) == ("check", "nft")
+    assert answer.data["message"] == "nft rejected the rule set"
+    assert "nosuch" in answer.data["detail"]  # nft's own message
+    assert "increment_refused" not in answer.data
+    assert _untouched(host) == before  # rule set, tc, digest, point, state, record, no timer
+    assert (host.etc / "demo.json").read_text() == demo_before
+
+    good = host.bundle(
+        nft=nft("replace", nft_rules(elements=("10.0.0.7 : 10.1.0.7",))),
+        tc=nft("replace", tc_batch(("1:10", "30mbit"))),
+    )
+    assert good.rc == 0, good
+    assert good.data["applied_by"] == "replace"
+    assert "10.0.0.7" in host.nft_text()
+    assert "30Mbit" in host.tc_text("dorm0")
+    assert host.fw("rollback").rc == 0  # the one point still holds nft and tc together
+    assert host.snapshot() == before[0]
+
+
+def counted_rules(count: int, marker: str) -> str:
+    """A portal table with `count` counted addresses (what a replacement makes the kernel
+    free after its commit) and a one-element marker set telling two texts apart."""
+    addresses = ", ".join(f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}" for i in range(1, count + 1))
+    return (
+        "table inet portal_fw {\n"
+        f"\tset counted {{ type ipv4_addr; size {count * 2}; counter; elements = {{ {addresses} }} }}\n"
+        f"\tset marker {{ type ipv4_addr; elements = {{ {marker} }} }}\n"
+        "\tchain forward {\n\t\ttype filter hook forward priority 0; policy accept;\n"
+        "\t\tip saddr @counted accept\n\t\tip saddr @marker drop\n\t}\n"
+        "}\n"
+    )
+
+
+def _log_events(host: Host, event: str) -> list[dict]:
+    lines = (host.state / "log.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e.get("event") == event]
+
+
+def test_a_full_replacement_answers_when_the_kernel_committed_not_when_the_old_tables_are_freed(
+    baseline: Host,
+):
+    """The kernel frees a replaced table's elements after the commit, and the process that
+    closes its nftables socket waits for that (about 0.65 s at 100,000 members): the agent
+    loads a full text by libnftables in a child and answers on the child's word that the
+    transaction committed, while the child still waits to exit. The new rule set is live at
+    the answer; a refused text still changes nothing (test above) and the point restores it."""
+    host = baseline
+    first = host.bundle(nft=nft("replace", counted_rules(100_000, "10.200.0.1")))
+    assert first.rc == 0, first
+    assert host.fw("confirm").rc == 0
+    before = host.ns_run("nft", "list", "set", "inet", "portal_fw", "marker").stdout
+
+    second = host.bundle(nft=nft("replace", counted_rules(100_000, "10.200.0.2")))
+    assert second.rc == 0, second
+    assert second.data["applied_by"] == "replace"
+    marker = host.ns_run("nft", "list", "set", "inet", "portal_fw", "marker").stdout
+    assert "10.200.0.2" in marker  # live at the answer
+    loaded = _log_events(host, "nft-full-load")[-1]
+    assert loaded["rc"] == 0
+    # answered while the loader still waited for the kernel to free the 100,000 old elements
+    assert loaded["loader_running_at_answer"] is True, loaded
+
+    assert host.fw("rollback").rc == 0  # restored by the same loader: exactly the first text
+    assert host.ns_run("nft", "list", "set", "inet", "portal_fw", "marker").stdout == before
+
+
+# ---- the order of tc and nft: the rule set never names a class that does not exist -------
+
+
+def shaping_rules(*elements: str) -> str:
+    """A rule set whose priority map names HTB classes, as the compiler's shape4 does."""
+    return (
+        "table inet portal_fw {\n"
+        "\tmap shape4 {\n\t\ttype ipv4_addr : classid\n"
+        + (f"\t\telements = {{ {', '.join(elements)} }}\n" if elements else "")
+        + "\t}\n"
+        "\tchain postrouting {\n\t\ttype filter hook postrouting priority 0; policy accept;\n"
+        '\t\toifname "dorm0" meta priority set ip daddr map @shape4\n'
+        "\t}\n"
+        "}\n"
+    )
+
+
+class Monitor:
+    """`tc monitor` and `nft monitor` of a namespace, their events in one list in the order
+    they arrived (the agent's steps are separate processes, milliseconds apart)."""
+
+    def __init__(self, ns: str) -> None:
+        import threading
+
+        self.events: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self.procs = []
+        for name, argv in (("tc", ["tc", "monitor"]), ("nft", ["nft", "monitor"])):
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", ns, "stdbuf", "-oL", *argv],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            self.procs.append(proc)
+            threading.Thread(target=self.read, args=(name, proc), daemon=True).start()
+        time.sleep(0.5)  # both subscribed
+
+    def read(self, name: str, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            with self.lock:
+                self.events.append((name, line.strip()))
+
+    def stop(self) -> list[tuple[str, str]]:
+        time.sleep(0.5)
+        for proc in self.procs:  # our own monitors, by their Popen objects
+            proc.terminate()
+            proc.wait(timeout=5)
+        return list(self.events)
+
+
+def first(events: list[tuple[str, str]], source: str, test) -> int:
+    return next(i for i, (s, line) in enumerate(events) if s == source and test(line))
+
+
+def last(events: list[tuple[str, str]], source: str, test) -> int:
+    return max(i for i, (s, line) in enumerate(events) if s == source and test(line))
+
+
+def test_classes_are_made_before_the_rule_set_names_them_and_removed_after(host: Host):
+    """Issue 26: the agent loaded nft before tc, so when a change added a class, the new
+    priority map named it before tc built it (its members' packets fell into the default
+    class meanwhile), and a removed class went with tc only after. Now a class is made before
+    the nft that names it and removed after the nft that stops naming it: as a full
+    replacement (the tree kept) and as an increment (element batch + class add/del)."""
+
+    def cls(classid: str, rate: str = "10mbit") -> str:
+        return (f"class replace dev dorm0 parent 1: classid {classid} htb rate {rate} "
+                f"ceil {rate} burst 1600 cburst 1600 quantum 1514\n")  # fmt: skip
+
+    head = tc_batch()  # the root HTB and its default class 1:2
+    first_answer = host.bundle(
+        nft=nft("replace", shaping_rules("10.99.0.2 : 1:10")), tc=nft("replace", head + cls("1:10"))
+    )
+    assert first_answer.rc == 0, first_answer
+    assert host.fw("confirm").rc == 0
+
+    monitor = Monitor(host.ns)
+    answer = host.bundle(
+        nft=nft("replace", shaping_rules("10.99.0.2 : 1:12")), tc=nft("replace", head + cls("1:12"))
+    )
+    events = monitor.stop()
+    assert answer.rc == 0, answer
+    assert answer.data["tc_tree"] == {"kept": ["dorm0"], "built": []}
+    assert "1:12" in host.nft_text()
+    assert "1:10" not in host.tc_text()
+    made = first(events, "tc", lambda line: line.startswith("class htb 1:12 "))
+    removed = first(events, "tc", lambda line: line.startswith("deleted class htb 1:10 "))
+    assert made < first(events, "nft", lambda line: True), events
+    assert removed > last(events, "nft", lambda line: True), events
+    assert host.fw("confirm").rc == 0
+
+    monitor = Monitor(host.ns)
+    answer = host.bundle(
+        nft=nft(
+            "increment",
+            "delete element inet portal_fw shape4 { 10.99.0.2 }\n"
+            "add element inet portal_fw shape4 { 10.99.0.2 : 1:14 }\n",
+        ),
+        tc=nft(
+            "increment",
+            "class del dev dorm0 classid 1:12\n" + cls("1:14").replace("replace", "add"),
+        ),
+    )
+    events = monitor.stop()
+    assert answer.rc == 0, answer
+    assert answer.data["applied_by"] == "element-increment (netlink)"
+    made = first(events, "tc", lambda line: line.startswith("class htb 1:14 "))
+    removed = first(events, "tc", lambda line: line.startswith("deleted class htb 1:12 "))
+    named = first(events, "nft", lambda line: "1:14" in line)
+    assert made < named < removed, events
+
+
+def test_a_refused_rule_set_takes_back_the_classes_made_before_it(host: Host):
+    """The classes go first now, so an nft text refused by its own load (checked that way:
+    a full replacement, an element increment) must take them back: the host is as it was and
+    the answer is still a refusal at the check."""
+
+    def cls(classid: str) -> str:
+        return (f"class replace dev dorm0 parent 1: classid {classid} htb rate 10mbit "
+                "ceil 10mbit burst 1600 cburst 1600 quantum 1514\n")  # fmt: skip
+
+    ok = host.bundle(
+        nft=nft("replace", shaping_rules("10.99.0.2 : 1:10")),
+        tc=nft("replace", tc_batch() + cls("1:10")),
+    )
+    assert ok.rc == 0, ok
+    assert host.fw("confirm").rc == 0
+    before = _untouched(host)
+    refused = host.bundle(  # the element is there already: the kernel refuses the batch
+        nft=nft("increment", "add element inet portal_fw shape4 { 10.99.0.2 : 1:16 }\n"),
+        tc=nft("increment", cls("1:16").replace("replace", "add")),
+    )
+    assert refused.rc == 1, refused
+    assert refused.data["phase"] == "check"
+    assert refused.data["increment_refused"] is True
+    assert "1:16" not in host.tc_text()
+    assert _untouched(host) == before
+    full = host.bundle(
+        nft=nft(
+            "replace",
+            shaping_rules("10.99.0.2 : 1:10").replace(
+                "}\n}\n", "\tip daddr @nosuch drop\n\t}\n}\n"
+            ),
+        ),
+        tc=nft("replace", tc_batch() + cls("1:10") + cls("1:18")),
+    )
+    assert (full.rc, full.data["phase"]) == (1, "check"), full
+    assert "1:18" not in host.tc_text()
+    assert _untouched(host) == before
+
+
+# ---- a removed key's counters are carried ------------------------------------------------
+
+
+def test_an_increment_that_removes_a_counted_key_carries_its_counters(host: Host):
+    """Issue 26: a device removed between two traffic readings took what its element had
+    counted since the last one along with the element. The agent now reads the counters of
+    the accounting elements an increment deletes right before it and carries them: the
+    `traffic` verb still answers them (and the portal attributes them to the key's last
+    owner, docs/traffic.md)."""
+    rules = (
+        "table inet portal_fw {\n"
+        "\tset acct4_in {\n\t\ttype ipv4_addr\n\t\tcounter\n"
+        "\t\telements = { 10.99.0.2, 10.99.0.3 }\n\t}\n"
+        "\tchain output {\n\t\ttype filter hook output priority 0; policy accept;\n"
+        "\t\tip daddr @acct4_in\n"
+        "\t}\n"
+        "}\n"
+    )
+    first_answer = host.bundle(nft=nft("replace", rules))
+    assert first_answer.rc == 0, first_answer
+    assert host.fw("confirm").rc == 0
+    host.ns_run("ping", "-c", "3", "-i", "0.2", "-s", "1000", "-q", "10.99.0.2")
+
+    def counted() -> dict:
+        rows = host.fw("traffic").data["sets"].get("acct4_in", [])
+        return {key: (packets, octets) for key, packets, octets in rows}
+
+    before = counted()
+    assert before["10.99.0.2"][0] == 3  # three echo requests of 1028 bytes
+    answer = host.bundle(
+        nft=nft("increment", "delete element inet portal_fw acct4_in { 10.99.0.2 }\n")
+    )
+    assert answer.rc == 0, answer
+    assert "10.99.0.2" not in host.nft_text()
+    assert counted() == before  # carried, not lost with the element
+    assert host.fw("rollback").rc == 0  # the element is back at zero: the total runs on
+    assert counted() == before

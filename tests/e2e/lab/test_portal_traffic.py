@@ -109,5 +109,5 @@ def test_the_next_push_sends_only_the_increment(device_in_lab):
         answer = fw(host.name, "version").data
         assert answer["version"] == latest.content_hash
         assert answer["state"]["modes"]["nft"] == "increment", answer
-        listing = in_ns(host.name, "nft", "list", "map", "inet", "portal_fw", "fwd_tcp").stdout
+        listing = in_ns(host.name, "nft", "list", "map", "ip", "portal_nat", "fwd_tcp").stdout
         assert "8443" in listing

@@ -11,6 +11,7 @@ from push_support import version
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost, PushLogEntry
 from apps.firewall.order import ruleset_rollout
+from apps.firewall.push import ALREADY_RUNS
 from apps.firewall.transport import FirewallSession, FirewallUnreachable
 
 pytestmark = [pytest.mark.lab, pytest.mark.django_db]
@@ -218,3 +219,29 @@ def test_the_warm_up_opens_the_connections_the_first_rollout_uses(hosts):
     outcomes = ruleset_rollout(versions=[version(h, port=8090) for h in hosts])
     assert [(o.ok, o.skipped) for o in outcomes] == [(True, False), (True, False)]
     assert POOL.handshakes - before == 2  # no handshake on the way to the hosts
+
+
+def test_a_host_that_already_runs_the_bundle_is_not_pushed_in_full_again(hosts):
+    """Issue 26: the portal forgot what the hosts run (a new database, `make run` again over a
+    running lab): a host whose agent runs this very bundle, confirmed, with the content it read
+    back then, is recorded as running it instead of getting a full push; one whose content
+    drifted gets the full push."""
+    versions = [version(h) for h in hosts]
+    assert all(o.ok for o in ruleset_rollout(versions=versions))
+    FirewallHost.objects.update(push_status=PushStatus.PENDING, applied_version=None,
+                                applied_checksum="", confirmed_digest={})  # fmt: skip
+    # pl-nat2's content changed by hand since its apply: it needs the push.
+    run("ip", "netns", "exec", "pl-nat2", "nft", "add", "table", "inet", "portal_handmade")
+    events_before = {h.name: helper_events(h.name).count("bundle-applied") for h in hosts}
+    outcomes = {o.host: o for o in ruleset_rollout(versions=[version(h) for h in hosts])}
+    nat1, nat2 = outcomes["pl-nat1"], outcomes["pl-nat2"]
+    assert (nat1.ok, nat1.skipped, nat1.message) == (True, True, ALREADY_RUNS), nat1
+    assert (nat2.ok, nat2.skipped) == (True, False), nat2
+    events_after = {h.name: helper_events(h.name).count("bundle-applied") for h in hosts}
+    assert events_after["pl-nat1"] == events_before["pl-nat1"]  # nothing sent to pl-nat1
+    assert events_after["pl-nat2"] == events_before["pl-nat2"] + 1
+    for host in FirewallHost.objects.all():
+        assert host.push_status == PushStatus.APPLIED, host.error_reason
+        assert host.applied_checksum == loaded(host.name)
+        assert host.confirmed_digest["parts"]  # the drift check compares with it from now on
+    run("ip", "netns", "exec", "pl-nat2", "nft", "delete", "table", "inet", "portal_handmade")

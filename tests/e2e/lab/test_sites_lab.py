@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.django_db(transaction=True)]
 
 
 def in_snat_map(host: str, address: str) -> bool:
-    listing = in_ns(host, "nft", "list", "map", "inet", "portal_fw", "src_nat").stdout
+    listing = in_ns(host, "nft", "list", "map", "ip", "portal_nat", "src_nat").stdout
     return f"{address} " in listing
 
 

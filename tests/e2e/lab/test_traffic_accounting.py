@@ -138,3 +138,35 @@ def test_traffic_is_counted_once_across_rereads_replacement_and_failover(device_
     assert downloaded.get("pl-nat1", 0) >= 1_000_000 + 150_000 + 400_000
     call_command("traffic_collect")
     assert totals(member) == counted
+
+
+def test_what_a_device_sent_right_before_its_removal_reaches_its_member(hosts):
+    """Issue 26: a device removed between two readings lost what its IPv4 elements counted
+    since the last one (the increment deleted them with their counters). Now the agent carries
+    them and the portal gives them to the key's last owner: the bytes of a transfer right
+    before the removal appear in the member's traffic."""
+    from apps.network.services import device_remove
+    from tests.factories import device_add, member_active
+
+    member = member_active()
+    device = device_add(member, "laptop")
+    added = lab_sh("device-add", device.ipv4, device.ipv6)
+    assert added.returncode == 0, added.stderr
+    try:
+        call_command("firewall_push", now=True)
+        # The lab's hosts keep their totals across tests (an earlier test's device may have had
+        # this address): what they hold now is the baseline.
+        call_command("traffic_collect")
+        transfer(device.ipv4, INET4, 7111, 10_000, 30_000)
+        counted = assert_counted(member, totals(member), 30_000, 10_000)  # read: its last owner
+
+        transfer(device.ipv4, INET4, 7112, 120_000, 400_000)  # not read yet
+        device_remove(device=device, actor=None)
+        call_command("firewall_push", now=True)
+        for host in ("pl-nat1", "pl-nat2"):  # the element increment, no full replacement
+            assert fw(host, "version").data["state"]["modes"]["nft"] == "increment"
+            assert device.ipv4 not in in_ns(host, "nft", "list", "set", "inet", "portal_fw",
+                                            "acct4_out").stdout  # fmt: skip
+        assert_counted(member, counted, 400_000, 120_000)
+    finally:
+        lab_sh("device-del", device.ipv4, device.ipv6)

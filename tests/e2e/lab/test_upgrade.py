@@ -6,6 +6,7 @@ push works and keeps the old helper's rollback point and state."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import tarfile
@@ -48,6 +49,15 @@ def test_a_host_with_the_old_helper_is_upgraded_by_the_documented_steps(hosts):
     old_helper(sbin)
     keys = LAB_VAR / "pl-nat1" / "authorized_keys"
     original = keys.read_text()
+    # The old helper's declaration: without the Kea path's key and its {loaded} placeholder,
+    # which an older helper refuses (the README's step 5 adds them after the upgrade).
+    declared = LAB_VAR / "pl-nat1" / "artefacts.json"
+    declared_now = declared.read_text()
+    old_declared = json.loads(declared_now)
+    old_declared["kea-dhcp4"].pop("deferred", None)
+    kea_reload = old_declared["kea-dhcp4"]["reload"]
+    old_declared["kea-dhcp4"]["reload"] = [w for w in kea_reload if w != "{loaded}"]
+    declared.write_text(json.dumps(old_declared))
     current = "/run/portal-lab/lib/portal-fw "
     assert current in original
     try:
@@ -71,6 +81,7 @@ def test_a_host_with_the_old_helper_is_upgraded_by_the_documented_steps(hosts):
         )  # fmt: skip
         assert steps.returncode == 0, steps.stderr
         assert not (sbin / "portal_fw.py").exists()
+        declared.write_text(declared_now)  # step 5
         # The next push works, on top of what the old helper applied.
         outcomes = ruleset_rollout(versions=[version(h) for h in FirewallHost.objects.all()])
         assert all(o.ok for o in outcomes), outcomes
@@ -81,4 +92,5 @@ def test_a_host_with_the_old_helper_is_upgraded_by_the_documented_steps(hosts):
         assert rolled["version"] == label("old-1")
     finally:
         keys.write_text(original)
+        declared.write_text(declared_now)
         shutil.rmtree(UPGRADE, ignore_errors=True)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
+from tests.bench.ruleset_bench import single_inet_table
+from tests.e2e.ruleset import ctdump
 from tests.e2e.ruleset import topology as t
 from tests.e2e.ruleset.scenario import (
     DEV1_V4,
@@ -98,6 +101,41 @@ def test_spoofed_sources_dropped(lab: Compiled) -> None:
     assert counter(SPOOF6) > spoof6
 
 
+def element_packets(set_name: str, key: str) -> int:
+    """The packets counted by one element of an accounting set (0 if it has none yet)."""
+    listing = json.loads(t.run("nft", "-j", "list", "set", "inet", "portal_fw", set_name, ns=t.FW))
+    for item in listing["nftables"]:
+        for elem in (item.get("set") or {}).get("elem", []):
+            e = elem.get("elem") if isinstance(elem, dict) else None
+            if isinstance(e, dict) and e.get("val") == key:
+                return int((e.get("counter") or {}).get("packets") or 0)
+    raise AssertionError(f"{key} is not in {set_name}")
+
+
+def test_anti_spoofing_looks_up_the_accounting_sets_without_counting(lab: Compiled) -> None:
+    """Anti-spoofing looks a new flow's source up in acct4_out / acct6_out (this lab's members
+    share one /64: per address), negated: a found key ends that rule before the element's
+    counter runs, so a datagram is counted once, by the chain `account` (one new UDP flow
+    each way: one datagram out, one answer in)."""
+    keys = [
+        ("acct4_out", DEV1_V4),
+        ("acct4_in", DEV1_V4),
+        ("acct6_out", DEV1_V6),
+        ("acct6_in", DEV1_V6),
+    ]
+    before = [element_packets(name, key) for name, key in keys]
+    with (
+        t.Server(t.INET, INET_V4, "9007", "--udp") as srv4,
+        t.Server(t.INET, INET_V6, "9007", "--udp") as srv6,
+    ):
+        assert connect(t.DORM, INET_V4, 9007, "--udp", "--bind", DEV1_V4) == f"peer={PUB1}"
+        assert connect(t.DORM, INET_V6, 9007, "--udp", "--bind", DEV1_V6) == f"peer={DEV1_V6}"
+        srv4.stop()
+        srv6.stop()
+    after = [element_packets(name, key) for name, key in keys]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1, 1]
+
+
 def test_member_without_public_ipv4_is_no_spoofer_but_gets_no_ipv4_internet(
     lab: Compiled,
 ) -> None:
@@ -181,3 +219,128 @@ def test_unshaped_download_is_not_limited(lab: Compiled) -> None:
             t.DORM, "download", INET_V4, "9005", "--bind", DEV1_V4, "--skip", "0.2", timeout=20
         )
     assert json.loads(result.stdout)["bits_per_second"] > 10 * SHAPED_KBIT * 1000
+
+
+# ------------------------------------------------------------------ NAT in its own ip table
+
+
+def test_ipv6_flows_take_no_nat_binding(lab: Compiled) -> None:
+    """NAT lives in `ip portal_nat`: an IPv6 connection through the firewall (in through an
+    opening, out from a member) meets no NAT hook, so conntrack gives it no (null) binding:
+    none of the NAT status bits. With the NAT chains in the inet table it had SRC_NAT_DONE
+    and DST_NAT_DONE (null bindings)."""
+    with (
+        t.Server(t.DORM, DEV1_V6, "2222"),
+        t.Server(t.INET, INET_V6, "9010") as srv,
+    ):
+        assert connect(t.INET, DEV1_V6, 2222) == f"peer={INET_V6}"
+        assert connect(t.DORM, INET_V6, 9010, "--bind", DEV1_V6) == f"peer={DEV1_V6}"
+        assert srv.stop().split() == [f"peer={DEV1_V6}"]
+    entries = [
+        e
+        for e in t.conntrack_entries(t.FW, "ipv6")
+        if (e["orig"][1], e["orig"][3]) in {(DEV1_V6, 2222), (INET_V6, 9010)}
+    ]
+    assert {e["orig"][3] for e in entries} == {2222, 9010}, entries  # (earlier tests' too)
+    assert [e["status"] & ctdump.NAT_BITS for e in entries] == [0] * len(entries), entries
+
+
+def test_ipv4_forward_and_outbound_are_translated_both_ways(lab: Compiled) -> None:
+    """IPv4 still gets its NAT from the ip table: a forward DNATs the way in and un-DNATs the
+    reply, a member's connection SNATs the way out and un-SNATs the reply."""
+    with (
+        t.Server(t.DORM, DEV1_V4, "80") as web,
+        t.Server(t.INET, INET_V4, "9011") as srv,
+    ):
+        assert connect(t.INET, PUB1, 8080) == f"peer={INET_V4}"  # the reply came back
+        assert connect(t.DORM, INET_V4, 9011, "--bind", DEV1_V4) == f"peer={PUB1}"
+        assert web.stop().split() == [f"peer={INET_V4}"]  # DNAT only: the client's address
+        assert srv.stop().split() == [f"peer={PUB1}"]
+    entries = t.conntrack_entries(t.FW, "ipv4")
+    inbound = [e for e in entries if (e["orig"][1], e["orig"][3]) == (PUB1, 8080)]
+    outbound = [e for e in entries if (e["orig"][1], e["orig"][3]) == (INET_V4, 9011)]
+    assert inbound, entries  # (an earlier test's connection to the forward may be there too)
+    assert len(outbound) == 1, entries
+    (o,) = outbound
+    for i in inbound:
+        assert i["reply"][:3] == [DEV1_V4, INET_V4, 80]  # the reply comes from the device
+        assert i["status"] & ctdump.IPS_DST_NAT
+        assert not i["status"] & ctdump.IPS_SRC_NAT
+    assert o["orig"][0] == DEV1_V4
+    assert o["reply"][:2] == [INET_V4, PUB1]  # the reply goes to the member's public IPv4
+    assert o["status"] & ctdump.IPS_SRC_NAT
+    assert not o["status"] & ctdump.IPS_DST_NAT
+
+
+def portal_tables() -> set[str]:
+    return {
+        line.strip()
+        for line in t.run("nft", "list", "tables", ns=t.FW).splitlines()
+        if "portal_" in line
+    }
+
+
+def load_as_the_agent(text: str) -> None:
+    """One `nft -f` that deletes every loaded portal table and loads `text`, as the host
+    agent's full load and rollback restore do (portal_fw/nft.py, `transaction`)."""
+    t.load(t.FW, "".join(f"delete {table}\n" for table in sorted(portal_tables())) + text)
+
+
+def test_a_host_on_the_single_table_moves_to_two_tables_without_a_gap(lab: Compiled) -> None:
+    """The upgrade: a host that runs the old single inet table gets both new tables in one
+    `nft -f` (one kernel transaction); NATed connections held across it keep flowing both ways,
+    new ones are translated by the new table, and the way back (a rollback point holding the
+    old text: the agent deletes every portal table in the same transaction) works the same."""
+    old = single_inet_table(lab.ruleset)
+    try:
+        load_as_the_agent(old)
+        assert portal_tables() == {"table inet portal_fw"}
+        assert "dnat ip" in t.run("nft", "list", "chain", "inet", "portal_fw", "dstnat", ns=t.FW)
+        with (
+            t.Server(t.DORM, DEV1_V4, "7007", "--mode", "echo"),
+            t.Server(t.INET, INET_V4, "9012", "--mode", "echo"),
+            t.Server(t.DORM, DEV1_V4, "80"),
+            t.Server(t.INET, INET_V4, "9013"),
+            t.Held(t.INET, PUB1, 7007) as inbound,  # through a forward: DNAT
+            t.Held(t.DORM, INET_V4, 9012, "--bind", DEV1_V4) as outbound,  # SNAT
+        ):
+            assert (inbound.echo("old"), outbound.echo("old")) == ("old", "old")
+            load_as_the_agent(lab.nft)  # one transaction: the old table out, both new in
+            assert portal_tables() == {"table inet portal_fw", "table ip portal_nat"}
+            assert (inbound.echo("new"), outbound.echo("new")) == ("new", "new")
+            assert connect(t.INET, PUB1, 8080) == f"peer={INET_V4}"
+            assert connect(t.DORM, INET_V4, 9013, "--bind", DEV1_V4) == f"peer={PUB1}"
+            # Back, as the agent restores a rollback point that holds the old text.
+            load_as_the_agent(old)
+            assert portal_tables() == {"table inet portal_fw"}
+            assert (inbound.echo("back"), outbound.echo("back")) == ("back", "back")
+            assert connect(t.INET, PUB1, 8080) == f"peer={INET_V4}"
+            assert connect(t.DORM, INET_V4, 9013, "--bind", DEV1_V4) == f"peer={PUB1}"
+    finally:
+        load_as_the_agent(lab.nft)  # back to the module's rule set (from either layout)
+        assert portal_tables() == {"table inet portal_fw", "table ip portal_nat"}
+
+
+def test_blocked_inbound_ports_by_the_public_port_before_dnat(lab: Compiled) -> None:
+    """A blocked inbound port drops a new flow to a forward's PUBLIC port (the port before
+    DNAT: checked in to_members by the connection's original port) and to an IPv6 opening on
+    it; a forward whose device port is blocked but whose public port is not stays open."""
+    policy = dataclasses.replace(
+        lab_snapshot().policy, blocked_inbound=(("tcp", 80), ("tcp", 7007), ("tcp", 2222))
+    )
+    blocked = compile_snapshot(dataclasses.replace(lab_snapshot(), policy=policy))
+    try:
+        t.load(t.FW, blocked.nft)
+        with (
+            t.Server(t.DORM, DEV1_V4, "80") as web,
+            t.Server(t.DORM, DEV1_V4, "7007") as seven,
+            t.Server(t.DORM, DEV1_V6, "2222") as ssh6,
+        ):
+            assert connect(t.INET, PUB1, 8080) == f"peer={INET_V4}"  # public 8080 -> device 80
+            assert connect(t.INET, PUB1, 7007).startswith("ERROR")  # public 7007 blocked
+            assert connect(t.INET, DEV1_V6, 2222).startswith("ERROR")  # opening on 2222 blocked
+            assert f"peer={INET_V4}" in web.stop()
+            assert "peer=" not in seven.stop()
+            assert "peer=" not in ssh6.stop()
+    finally:
+        t.load(t.FW, lab.nft)

@@ -26,6 +26,7 @@ from typing import Any
 PREFIX = "pl-c"
 FW, INET, DORM = "pl-cfw", "pl-cinet", "pl-cdorm"
 NETPEER = str(Path(__file__).with_name("netpeer.py"))
+CTDUMP = str(Path(__file__).with_name("ctdump.py"))
 PYTHON = sys.executable
 
 
@@ -260,3 +261,45 @@ def rule_counter(ns: str, chain: str, comment: str) -> int:
         if f'comment "{comment}' in line:
             return int(line.split("counter packets ")[1].split()[0])
     raise AssertionError(f"no rule with comment {comment!r} in chain {chain}")
+
+
+def conntrack_entries(ns: str, family: str) -> list[dict[str, Any]]:
+    """The conntrack entries of `family` ("ipv4"/"ipv6") in `ns` with their status bits
+    (ctdump.py: `conntrack -L` does not print the NAT bits)."""
+    listing = run(PYTHON, CTDUMP, family, ns=ns)
+    return [json.loads(line) for line in listing.splitlines() if line.strip()]
+
+
+class Held:
+    """An echo connection held open from `ns` (netpeer hold): `echo(text)` answers its reply."""
+
+    def __init__(self, ns: str, addr: str, port: int, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "timeout", "30", PYTHON, NETPEER, "hold", addr,
+             str(port), *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if line != "connected":
+            self.close()
+            raise RuntimeError(f"hold {addr} {port}: {line!r}")
+
+    def echo(self, text: str) -> str:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=5)
+
+    def __enter__(self) -> Held:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -36,6 +36,7 @@ def test_full_rule_set_to_stdout_and_file(host, tmp_path):
     device = device_add(member)
     text = compile_rules(host="pl-nat1")
     assert "table inet portal_fw {" in text
+    assert "table ip portal_nat {" in text  # the NAT chains and maps, in the same transaction
     assert device.ipv4 in text
     target = tmp_path / "rules.nft"
     tc = tmp_path / "rules.tc"
@@ -51,8 +52,9 @@ def test_since_a_version_gives_only_the_element_changes(host):
     forward_add(member, ports="25565")
     increment = compile_rules(since=version.pk)
     assert "25565" in increment
-    assert "add element inet portal_fw" in increment
+    assert "add element ip portal_nat fwd_tcp" in increment
     assert "table inet portal_fw {" not in increment  # not the whole rule set
+    assert "table ip portal_nat {" not in increment
     assert len(increment) < len(compile_rules()) / 2
 
 

@@ -121,3 +121,39 @@ def _applied(host: FirewallHost, char: str):
     )
     host.mark_applied(version)
     return version
+
+
+def test_a_stream_of_delta_versions_does_not_put_the_reconcile_off(settings, firewall_redis_clean):
+    """The reconcile counts full compiles only: a site whose members change every minute (each
+    change a delta version, `texts_pending` until a full compile renders it) is still compiled
+    from the database once its last full compile is older than the interval; a site with a
+    recent full compile is not picked."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.firewall.models import RuleSetVersion, Site
+    from apps.firewall.pipeline import firewall_causes_take
+    from apps.health.services import sites_not_compiled_since
+    from workers.health import firewall_health_collect
+
+    settings.PORTAL_FIREWALL_SSH_KEY = "/nonexistent/key"
+    settings.PORTAL_FIREWALL_RECONCILE_INTERVAL = 300
+    busy = FirewallHost.objects.create(name="busy", address="127.0.0.1", port=1)
+    quiet_site = Site.objects.create(name="quiet-site")
+    quiet = FirewallHost.objects.create(name="quiet", address="127.0.0.2", port=1, site=quiet_site)
+    now = timezone.now()
+    full = _applied(busy, "c")
+    RuleSetVersion.objects.filter(pk=full.pk).update(snapshot_at=now - timedelta(seconds=600))
+    for minute, char in enumerate("def"):  # a change a minute since: delta versions
+        delta = _applied(busy, char)
+        RuleSetVersion.objects.filter(pk=delta.pk).update(
+            texts_pending=True, snapshot_at=now - timedelta(seconds=60 * (3 - minute))
+        )
+    recent = _applied(quiet, "a")
+    RuleSetVersion.objects.filter(pk=recent.pk).update(snapshot_at=now - timedelta(seconds=60))
+
+    assert sites_not_compiled_since({busy.site_id, quiet.site_id}) == [busy.site_id]
+    firewall_health_collect()
+    assert firewall_causes_take(busy.site_id)[0] == ["reconcile (health check)"]
+    assert firewall_causes_take(quiet.site_id)[0] == []

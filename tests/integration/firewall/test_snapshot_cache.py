@@ -179,6 +179,22 @@ def test_a_new_pool_process_warms_the_cache_in_the_background(settings):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_warm_up_ends_with_a_full_collection():
+    """The warm-up's objects are walked once there, not by a full collection during the first
+    changes' runs (1.2-1.9 s at 100,000 members)."""
+    import gc
+
+    from apps.firewall.models import FirewallHost
+    from workers.firewall import snapshot_cache_warm
+
+    FirewallHost.objects.create(name="pl-nat1", address="10.255.255.11")
+    device_add(member_active())
+    before = gc.get_stats()[2]["collections"]
+    snapshot_cache_warm()
+    assert gc.get_stats()[2]["collections"] > before
+
+
+@pytest.mark.django_db(transaction=True)
 def test_no_warm_up_without_sync_or_without_firewalls(settings):
     from workers.firewall import _snapshot_cache_warm_start, snapshot_cache_warm
 

@@ -126,3 +126,24 @@ def test_the_flows_on_the_fast_path_are_stored_and_shown(host, client_for):
     assert 'data-testid="offloaded">1,234<' in page
     german = client_for("volunteer").get(url, HTTP_ACCEPT_LANGUAGE="de").text
     assert "Verbindungen jetzt auf dem Schnellpfad" in german
+
+
+def test_a_kea_path_that_did_not_load_the_newest_configuration_warns(host):
+    """Issue 26: Kea reloads on its own path; the sample says what it did last."""
+    from apps.health.services import _dhcp_state
+
+    loaded = _dhcp_state({"answering": True, "config": {"state": "loaded", "pending": False,
+                                                        "seconds": 0.664}})  # fmt: skip
+    assert "dhcp-config" not in codes(host, sample(host, dhcp=loaded))
+    loading = _dhcp_state({"answering": True, "reloading": True,
+                           "config": {"state": "loading", "pending": True}})  # fmt: skip
+    assert loading["reloading"] is True
+    assert "dhcp-config" not in codes(host, sample(host, dhcp=loading))
+    refused = _dhcp_state({"answering": True, "config": {
+        "state": "refused", "error": "kea-ctl: config-reload refused: <b>bad</b>"}})  # fmt: skip
+    message = codes(host, sample(host, dhcp=refused))["dhcp-config"]
+    assert message == (
+        "Kea did not load the newest DHCP configuration (refused): "
+        "kea-ctl: config-reload refused: <b>bad</b>"
+    )
+    assert _dhcp_state({"config": "nonsense"}).get("config") is None

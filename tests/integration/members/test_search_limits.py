@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from apps.members.selectors import SEARCH_LIMIT, member_search
-from tests.factories import UserFactory, member_active
+from tests.factories import UserFactory, device_add, member_active
 
 pytestmark = pytest.mark.django_db
 
@@ -129,11 +129,44 @@ def test_no_cap_notice_when_everything_is_shown(volunteer, client):
 def test_search_takes_four_queries_at_most(volunteer, django_assert_max_num_queries):
     for n in range(5):
         _member(f"Person{n}", "Ivanova")
-    # The actor's roles, the room lookup, the matching logins, devices of that name, the members
-    # with what a row shows.
-    with django_assert_max_num_queries(5):
+    # The actor's roles, the room lookup, the matching logins, devices whose name starts with
+    # the word, devices whose name holds it, the members with what a row shows.
+    with django_assert_max_num_queries(6):
         results = member_search(actor=volunteer, query="ivanova")
         rows = [
             (str(m), m.room.label, m.status, m.user.email, m.public_ipv4.address) for m in results
         ]
     assert len(rows) == 5
+
+
+def test_device_names_two_letters_match_the_start_of_a_word_only(volunteer):
+    tv = member_active()
+    device_add(tv, mac="02:00:00:00:10:01", name="Living room TV")
+    other = member_active()
+    device_add(other, mac="02:00:00:00:10:02", name="Living room")  # "iv" inside a word
+    assert [m.pk for m in member_search(actor=volunteer, query="tv")] == [tv.pk]
+    assert [m.pk for m in member_search(actor=volunteer, query="iv")] == []
+    assert {m.pk for m in member_search(actor=volunteer, query="ivi")} == {tv.pk, other.pk}
+
+
+def test_names_starting_with_the_words_come_first_then_names_holding_them(volunteer):
+    holds = member_active()
+    device_add(holds, mac="02:00:00:00:20:01", name="Old phone")
+    starts = member_active()
+    device_add(starts, mac="02:00:00:00:20:02", name="phone 2")
+    found = member_search(actor=volunteer, query="phone")
+    assert [m.pk for m in found] == [starts.pk, holds.pk]
+    assert found[0].search_match == "name of device phone 2"
+
+
+def test_a_vendor_prefix_shared_by_many_lists_the_first_members_in_mac_order(volunteer):
+    owners = []
+    for n in range(SEARCH_LIMIT + 5):
+        owner = member_active()
+        # Created in reverse MAC order, so that the order found is the MAC's, not the rows'.
+        device_add(owner, mac=f"02:00:5e:00:01:{SEARCH_LIMIT + 5 - n:02x}")
+        owners.append(owner)
+    device_add(member_active(), mac="02:00:5f:00:00:01")  # another vendor
+    found = member_search(actor=volunteer, query="0200.5e")
+    assert [m.pk for m in found] == [o.pk for o in reversed(owners)][:SEARCH_LIMIT]
+    assert found[0].search_match.endswith("(02:00:5e:00:01:01)")

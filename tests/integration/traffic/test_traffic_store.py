@@ -260,3 +260,57 @@ def test_monthly_summary_notice_once_in_the_first_days_of_a_month(pair):
     assert notice.member == ann
     assert notice.params == {"month": "2026-10", "bytes_in": 5_000_000, "bytes_out": 700_000}
     assert notice.source == "traffic:2026-10"
+
+
+def test_a_second_device_and_losing_it_again_move_the_networks_traffic_without_loss(pair):
+    """A member's /64 is one key whatever its device count (the rule set keeps the element, so
+    its counter runs on): with one device its traffic is that device's, with several the
+    member's (device 0). Across both switches every byte is counted once."""
+    from apps.network.services.devices import device_remove
+
+    _, _, nat2 = pair
+    ann = member_active()
+    laptop = device_add(ann, "laptop")
+    net = _net64(laptop)
+    at = [NOW + dt.timedelta(minutes=5 * i) for i in range(4)]
+    traffic_store(host=nat2, epoch="b", rows=[Row("acct6n_in", net, 10, 1000)], now=at[0])
+    phone = device_add(ann, "phone")
+    assert _net64(phone) == net
+    traffic_store(host=nat2, epoch="b", rows=[Row("acct6n_in", net, 30, 3000)], now=at[1])
+    device_remove(device=laptop, actor=None)
+    traffic_store(host=nat2, epoch="b", rows=[Row("acct6n_in", net, 60, 6000)], now=at[2])
+    # The same totals once more (a second collection before new traffic): nothing added.
+    traffic_store(host=nat2, epoch="b", rows=[Row("acct6n_in", net, 60, 6000)], now=at[3])
+    per_device = {
+        b.device_id: (b.bytes_in, b.packets_in) for b in TrafficBucket.objects.filter(member=ann)
+    }
+    assert per_device == {laptop.id: (1000, 10), 0: (2000, 20), phone.id: (3000, 30)}
+    assert _member_totals(ann) == (6000, 0)
+    assert member_traffic(member=ann, days=7, now=at[3])["period"] == {
+        "bytes_in": 6000,
+        "bytes_out": 0,
+    }
+
+
+def test_a_removed_devices_last_bytes_reach_its_member(pair):
+    """Issue 26: what a device counted after the last reading reaches the host's next answer
+    (the agent carries a deleted element's counter), but the device is gone by then. The key's
+    counter remembers its last owner: the bytes go to the member and the device's own bucket;
+    a key that never had an owner stays unattributed."""
+    _site, nat1, _ = pair
+    ann = member_active()
+    laptop = device_add(ann, "laptop")
+    laptop_id, key = laptop.id, str(laptop.ipv4)
+    traffic_store(host=nat1, epoch="e1", rows=[Row("acct4_out", key, 2, 1000)], now=NOW)
+    laptop.delete()
+    later = NOW + dt.timedelta(minutes=5)
+    rows = [Row("acct4_out", key, 7, 9000), Row("acct4_in", "10.100.250.9", 1, 400)]
+    outcome = traffic_store(host=nat1, epoch="e1", rows=rows, now=later)
+    assert (outcome.octets, outcome.unattributed) == (8400, 400)
+    per_device = {b.device_id: b.bytes_out for b in TrafficBucket.objects.filter(member=ann)}
+    assert per_device == {laptop_id: 9000}
+    # A last owner who is no member any more (removed since): nobody left to give it to.
+    TrafficCounter.objects.filter(key=key).update(last_member_id=ann.pk + 1000)
+    rows = [Row("acct4_out", key, 9, 9500)]
+    outcome = traffic_store(host=nat1, epoch="e1", rows=rows, now=later + dt.timedelta(minutes=5))
+    assert (outcome.octets, outcome.unattributed) == (500, 500)

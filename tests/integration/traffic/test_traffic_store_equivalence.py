@@ -1,7 +1,8 @@
 """The set-based store (COPY into a staging table, one INSERT ... ON CONFLICT per table) keeps
 exactly the figures of the per-key Python store it replaced: random readings of a pair of
 hosts (new keys, growing counters, counters that start over, new epochs, keys nobody holds,
-a /64 with one or several devices of a member, devices in a shared /64) give the same buckets
+a /64 with one or several devices of a member, devices in a shared /64, a device removed: its
+keys go to their last owner) give the same buckets
 per member and device, the same last totals per key and the same outcome as the reference
 below (the former implementation, kept here as the specification)."""
 
@@ -31,6 +32,7 @@ class Reference:
 
     def __init__(self) -> None:
         self.counters: dict[tuple[int, str, str], tuple[str, int, int]] = {}
+        self.last_owner: dict[tuple[int, str, str], tuple[int, int] | None] = {}
         self.buckets: dict[tuple[int, int, int, dt.datetime], list[int]] = defaultdict(
             lambda: [0, 0, 0, 0]
         )
@@ -68,8 +70,6 @@ class Reference:
                 continue
             changed += 1
             self.counters[(host.pk, row.set_name, row.key)] = (epoch, row.packets, row.octets)
-            if not d_octets and not d_packets:
-                continue
             direction, kind = ACCT_SETS[row.set_name]
             if kind == "4":
                 owner = by4.get(row.key)
@@ -77,6 +77,11 @@ class Reference:
                 owner = nets.get(int(ipaddress.IPv6Address(row.key)) >> 64)
             else:
                 owner = by6.get(row.key)
+            if owner is None:  # nobody holds it now: its last owner (issue 26)
+                owner = self.last_owner.get((host.pk, row.set_name, row.key))
+            self.last_owner[(host.pk, row.set_name, row.key)] = owner
+            if not d_octets and not d_packets:
+                continue
             total += d_octets
             if owner is None:
                 unattributed += d_octets
@@ -128,6 +133,8 @@ def test_random_readings_give_the_figures_of_the_per_key_store(seed):
     now = NOW
     for step in range(12):
         now += dt.timedelta(minutes=rng.choice([5, 5, 40]))  # some readings in the next hour
+        if step == 6:  # a device removed: its keys go on counting (carried) for its member
+            devices.pop(rng.randrange(len(devices))).delete()
         host = rng.choice(hosts)
         if rng.random() < 0.1:  # the host rebooted: a new epoch, totals from zero
             epochs[host.pk] = f"e{step + 1}"

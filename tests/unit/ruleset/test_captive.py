@@ -46,8 +46,8 @@ def test_a_walled_device_is_refused_at_once_not_dropped() -> None:
     assert "reject with icmp admin-prohibited" in walled or "icmp type admin-prohibited" in walled
     assert " drop" not in walled
     # The portal and the site's resolvers stay reachable, ahead of the refusals.
-    assert walled.index("@walled4 tcp dport { 80, 443 } accept") < walled.index("reject")
-    assert walled.index("@dns4 meta l4proto { tcp, udp } th dport 53 accept") < walled.index(
+    assert walled.index("@walled4 tcp dport { 80, 443 } goto out_pass") < walled.index("reject")
+    assert walled.index("@dns4 meta l4proto { tcp, udp } th dport 53 goto out_pass") < walled.index(
         "reject"
     )
 

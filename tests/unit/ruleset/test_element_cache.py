@@ -133,8 +133,8 @@ def test_the_second_host_of_a_pair_reuses_the_first_hosts_sets_and_compiles_the_
     assert nat1.members is nat2.members is members  # kept as given: already in id order
     first = compile_snapshot(nat1)
     second = compile_snapshot(nat2)
-    reused = {id(x) for x in first.ruleset.tables[0].sets}
-    shared = [x.name for x in second.ruleset.tables[0].sets if id(x) in reused]
+    reused = {id(x) for t in first.ruleset.tables for x in t.sets}
+    shared = [x.name for t in second.ruleset.tables for x in t.sets if id(x) in reused]
     assert "fwd_tcp" in shared
     assert "src_nat" in shared
     assert first.ruleset.shapers[0].classes is second.ruleset.shapers[0].classes

@@ -36,7 +36,7 @@ def test_devices_quota_counts_per_public_address_after_snat_and_per_64():
 def test_forwards_quota_counts_per_public_address_before_dnat_ahead_of_the_accept():
     to_members = chain(nft(Policy(conntrack_quota_in=300)), "to_members").splitlines()
     quota = next(i for i, r in enumerate(to_members) if "ct_in4" in r)
-    accept = next(i for i, r in enumerate(to_members) if r.strip() == "ct status dnat accept")
+    accept = next(i for i, r in enumerate(to_members) if r.strip() == "ct status dnat goto in_pass")
     assert quota < accept
     assert "ct original ip daddr ct count over 300" in to_members[quota]
 

@@ -77,33 +77,46 @@ def test_descriptions_never_reach_the_text(small_snapshot: s.Snapshot) -> None:
         assert needle not in c.nft
 
 
-def test_only_portal_table_is_named(small_snapshot: s.Snapshot) -> None:
+def test_only_portal_tables_are_named(small_snapshot: s.Snapshot) -> None:
+    """The filter table and the NAT table (ip family: IPv6 meets no NAT hook), nothing else."""
     text = compile_snapshot(small_snapshot).nft
-    tables = {
-        line.split()[1:3][1]
-        for line in text.splitlines()
-        if line.startswith(("table", "delete table"))
-    }
     assert {line for line in text.splitlines() if line.startswith(("table", "delete"))} == {
         "table inet portal_fw {}",
         "delete table inet portal_fw",
         "table inet portal_fw {",
-    }, tables
+        "table ip portal_nat {}",
+        "delete table ip portal_nat",
+        "table ip portal_nat {",
+    }
     assert "flush" not in text
+
+
+def test_nat_lives_in_the_ip_table_only(small_snapshot: s.Snapshot) -> None:
+    """No NAT chain and no NAT map in the inet table: an IPv6 flow takes no NAT binding."""
+    fw, nat = compile_snapshot(small_snapshot).ruleset.tables
+    assert (fw.family, nat.family) == ("inet", "ip")
+    assert not [c.name for c in fw.chains if c.type == "nat"]
+    assert not [r for c in fw.chains for r in c.rules if " dnat ip" in r or " snat ip" in r]
+    assert {c.name for c in nat.chains} == {"dstnat", "srcnat"}
+    assert {x.name for x in nat.sets} == {"fwd_both", "fwd_ranges", "fwd_tcp", "fwd_udp", "src_nat"}
+    assert not {x.name for x in fw.sets} & {x.name for x in nat.sets}  # moved, not copied
 
 
 def test_counts(small_snapshot: s.Snapshot) -> None:
     counts = compile_snapshot(small_snapshot).counts
-    assert counts["portal_fw.fwd_tcp"] == 4  # tcp 8080, shifted 2200-2202 (3)
-    assert counts["portal_fw.fwd_both"] == 1  # one element for tcp and udp
-    assert counts["portal_fw.fwd_udp"] == 0
-    assert counts["portal_fw.fwd_ranges"] == 1
-    assert counts["portal_fw.src_nat"] == 3  # member 3 has no public address ...
+    assert counts["portal_nat.fwd_tcp"] == 4  # tcp 8080, shifted 2200-2202 (3)
+    assert counts["portal_nat.fwd_both"] == 1  # one element for tcp and udp
+    assert counts["portal_nat.fwd_udp"] == 0
+    assert counts["portal_nat.fwd_ranges"] == 1
+    assert counts["portal_nat.src_nat"] == 3  # member 3 has no public address ...
     assert counts["portal_fw.nopub4"] == 1  # ... so its device is here (anti-spoofing passes)
-    assert counts["portal_fw.src6_net"] == 2  # members 1 and 2 each own their /64
-    assert counts["portal_fw.src6"] == 0
+    assert counts["portal_fw.acct6n_out"] == 2  # members 1 and 2 each own their /64
+    assert counts["portal_fw.acct6_out"] == 0
+    assert "portal_fw.src6_net" not in counts  # anti-spoofing looks up acct6n_out (no copy)
+    assert "portal_fw.dev4_pub" not in counts  # ... and acct4_out
     assert counts["portal_fw.shape6_net"] == 1
     assert counts["portal_fw.open6_all"] == 2
+    assert counts["portal_nat.rules"] == 6
     assert counts["htb.classes"] == 2  # member 2 down and up
 
 
@@ -208,14 +221,14 @@ def test_member_without_public_ipv4_passes_anti_spoofing_but_gets_no_nat(
     # link) or a spoof, dropped and counted.
     foreign = [r.strip() for r in text.split("chain foreign4 {")[1].split("}")[0].splitlines()]
     assert foreign[1:] == [
-        "ip saddr @mgmt4 accept",
+        "ip saddr @mgmt4 goto out_pass",
         'counter drop comment "anti-spoofing: IPv4 source is no device address"',
         "",
     ]
     no_nat = _rule(text, "member without public IPv4")
     assert no_nat.startswith('oifname "pl-cfwu" ip saddr @nopub4 counter drop')
-    chain = text.split("chain from_members {")[1].split("}")[0]
-    spoof = "ip saddr != @dev4_pub ip saddr != @nopub4 jump foreign4"
+    chain = text.split("chain from_members {")[1].split("\n\t}")[0]
+    spoof = "ip saddr != @acct4_out ip saddr != @nopub4 jump foreign4"
     assert chain.index(spoof) < chain.index("member without public IPv4")
 
 
@@ -235,8 +248,10 @@ def test_ipv6_anti_spoofing_per_member_64_and_per_address_when_shared() -> None:
         x.name: x.elements
         for x in compile_snapshot(make_snapshot((own, roommate, alone))).ruleset.tables[0].sets
     }
-    assert sets["src6_net"] == ("2001:db8:100:3::",)  # one element for member 3's three
-    assert sets["src6"] == ("2001:db8:100:1::a", "2001:db8:100:1::b")  # shared /64: exact
+    assert sets["acct6n_out"] == ("2001:db8:100:3::",)  # one element for member 3's three
+    assert sets["acct6_out"] == ("2001:db8:100:1::a", "2001:db8:100:1::b")  # shared: exact
+    chain = compile_snapshot(make_snapshot((own,))).nft.split("chain from_members {")[1]
+    assert "ip6 saddr & ffff:ffff:ffff:ffff:: != @acct6n_out ip6 saddr != @acct6_out" in chain
     assert sets["shape6_net"] == ("2001:db8:100:3:: : 1:12",)
     assert sets["shape6"] == ()
 

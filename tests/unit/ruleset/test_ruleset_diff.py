@@ -41,7 +41,7 @@ def test_new_forward_is_a_few_elements(small_snapshot: s.Snapshot) -> None:
     lines = step.nft.splitlines()
     assert lines[0].startswith("# portal increment")
     assert (
-        "add element inet portal_fw fwd_tcp { 198.51.100.6 . 25565 : 10.100.0.20 . 25565 }" in lines
+        "add element ip portal_nat fwd_tcp { 198.51.100.6 . 25565 : 10.100.0.20 . 25565 }" in lines
     )
     assert not any(" version " in line for line in lines)
     assert step.added == 1
@@ -59,9 +59,9 @@ def test_changed_map_value_is_deleted_then_added() -> None:
     step = diff(compile_snapshot(make_snapshot((m,))), compile_snapshot(make_snapshot((m_new,))))
     assert step is not None
     text = step.nft
-    assert "delete element inet portal_fw fwd_tcp { 198.51.100.5 . 8080 }" in text
-    assert text.index("delete element inet portal_fw fwd_tcp") < text.index(
-        "add element inet portal_fw fwd_tcp"
+    assert "delete element ip portal_nat fwd_tcp { 198.51.100.5 . 8080 }" in text
+    assert text.index("delete element ip portal_nat fwd_tcp") < text.index(
+        "add element ip portal_nat fwd_tcp"
     )
 
 

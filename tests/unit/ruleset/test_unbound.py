@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from workers.ruleset import Host, Policy, Snapshot, SnapshotError, compile_bundle
-from workers.ruleset.unbound import Resolver, unbound_config
+from workers.ruleset.host import Resolver
+from workers.ruleset.unbound import unbound_config
 
 HOST = Host(name="fw", uplink_interfaces=("inet0",), member_interfaces=("dorm0",))
 
