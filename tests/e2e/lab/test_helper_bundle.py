@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -907,35 +908,44 @@ def shaping_rules(*elements: str) -> str:
 
 
 class Monitor:
-    """`tc monitor` and `nft monitor` of a namespace, their events in one list in the order
-    they arrived (the agent's steps are separate processes, milliseconds apart)."""
+    """`tc monitor` and `nft monitor` of a namespace, their events in one list in the order the
+    kernel sent them. Both monitors write into one pipe, at real-time priority, so each writes
+    its line as soon as the kernel wakes it: two pipes read by two threads ordered the lines by
+    when Python read them (the agent's steps are separate processes, milliseconds apart, and
+    one CI run saw a class deleted "before" the nft batch that preceded it)."""
+
+    TC_LINE = re.compile(r"^(deleted )?(class|qdisc|filter|chain|action)\b")
 
     def __init__(self, ns: str) -> None:
         import threading
 
         self.events: list[tuple[str, str]] = []
-        self.lock = threading.Lock()
-        self.procs = []
-        for name, argv in (("tc", ["tc", "monitor"]), ("nft", ["nft", "monitor"])):
-            proc = subprocess.Popen(
-                ["ip", "netns", "exec", ns, "stdbuf", "-oL", *argv],
-                stdout=subprocess.PIPE,
-                text=True,
+        read_end, write_end = os.pipe()
+        self.procs = [
+            subprocess.Popen(
+                ["ip", "netns", "exec", ns, "chrt", "-f", "50", "stdbuf", "-oL", *argv],
+                stdout=write_end,
             )
-            self.procs.append(proc)
-            threading.Thread(target=self.read, args=(name, proc), daemon=True).start()
+            for argv in (["tc", "monitor"], ["nft", "monitor"])
+        ]
+        os.close(write_end)
+        self.reader = threading.Thread(target=self.read, args=(read_end,), daemon=True)
+        self.reader.start()
         time.sleep(0.5)  # both subscribed
 
-    def read(self, name: str, proc: subprocess.Popen) -> None:
-        for line in proc.stdout:
-            with self.lock:
-                self.events.append((name, line.strip()))
+    def read(self, fd: int) -> None:
+        with open(fd, encoding="utf-8") as stream:  # lines of one write each (< PIPE_BUF)
+            for line in stream:
+                line = line.strip()
+                if line:
+                    self.events.append(("tc" if self.TC_LINE.match(line) else "nft", line))
 
     def stop(self) -> list[tuple[str, str]]:
         time.sleep(0.5)
         for proc in self.procs:  # our own monitors, by their Popen objects
             proc.terminate()
             proc.wait(timeout=5)
+        self.reader.join(timeout=5)
         return list(self.events)
 
 
