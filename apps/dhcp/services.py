@@ -178,6 +178,7 @@ class CollectOutcome:
     error: str = ""
     full: bool = True  # every lease (no cursor, or the host started over); else what changed
     gone: int = 0  # leases Kea deleted since the last reading (the history keeps their rows)
+    source: str = ""  # where the host read them: file, rotated (after an LFC), files, kea
 
 
 # The host's cursor, checked like everything a host sends: (name, upper bound) of each value.
@@ -231,7 +232,7 @@ def lease_round_store(
     gone = data.get("gone")
     return CollectOutcome(
         host.name, True, len(rows), written, skipped, full=full,
-        gone=len(gone) if isinstance(gone, list) else 0,
+        gone=len(gone) if isinstance(gone, list) else 0, source=str(data.get("from") or "")[:20],
     )  # fmt: skip
 
 
