@@ -2,7 +2,8 @@
 
     kea-ctl reload FILE [PREVIOUS]
                             config-reload; exit 0 only when Kea answers result 0 (it then runs
-                            FILE's configuration). Kea re-reads the file it was started with:
+                            FILE's configuration); 3 when Kea does not answer, or refuses only
+                            because its lease file cleanup runs (try again); 1 when refused. Kea re-reads the file it was started with:
                             FILE must be that file (the helper's kea-dhcp4 artefact path).
                             PREVIOUS: the configuration Kea ran before (the Kea path's last
                             loaded file, `{loaded}`): only leases of the addresses whose
@@ -36,6 +37,9 @@ from .leasefile import lease_file, lease_round
 KEA_ARTEFACT = "kea-dhcp4"
 
 TIMEOUT = 60.0
+# Kea 2.2 refuses config-reload while kea-lfc runs (it cannot load its lease files then: seconds
+# every lfc-interval at 300,000 leases); the file is fine, so the Kea path tries again (exit 3).
+LFC_RUNNING = "while the lease file cleanup is in progress"
 
 
 class KeaError(Exception):
@@ -230,6 +234,9 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"kea-ctl: {exc}\n")
             return 3
         if answer.get("result") != 0:
+            if LFC_RUNNING in str(answer.get("text")):  # not the file: tried again soon
+                sys.stderr.write(f"kea-ctl: Kea is busy: {answer.get('text')}\n")
+                return 3
             sys.stderr.write(f"kea-ctl: config-reload refused: {answer.get('text')}\n")
             return 1
         freed = free_reserved_addresses(path, config_file, previous, config)

@@ -8,6 +8,7 @@ full reading of Kea (lease4-get-all) leaves."""
 from __future__ import annotations
 
 import json
+import os
 import random
 
 from django.utils import timezone
@@ -96,3 +97,18 @@ def test_rounds_across_one_and_two_lfcs_read_the_files_and_never_ask_kea(server,
     # The agent keeps a link to the file it read last and to the cursor's: no more.
     links = sorted(p.name for p in server.leases.parent.glob("leases4.csv.portal-*"))
     assert links == [f"leases4.csv.portal-{server.leases.stat().st_ino}"]
+
+
+def test_a_reload_while_kea_lfc_runs_is_tried_again_not_refused(server):
+    """Kea 2.2 refuses config-reload while kea-lfc runs (it cannot load its lease files): that is
+    no refusal of the file, so `kea-ctl reload` exits 3 (the Kea path tries again in 2 s and
+    keeps the file) instead of 1 (it would put the previous file back: drift, and a warning
+    that Kea refused the configuration). kea-lfc running, as Kea checks it: its pid file names
+    a live process."""
+    running = server.leases.with_name("leases4.csv.pid")
+    running.write_text(f"{os.getpid()}\n")
+    try:
+        assert kea.main(["reload", str(server.conf)]) == 3
+    finally:
+        running.unlink()
+    assert kea.main(["reload", str(server.conf)]) == 0
