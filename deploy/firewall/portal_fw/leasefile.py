@@ -168,7 +168,7 @@ def _read(parts: list[tuple[Opened, int]]) -> tuple[dict[str, list[Any] | None],
     latest: dict[str, list[Any] | None] = {}
     bad = end = 0
     for opened, start in parts:
-        if opened.columns is None:
+        if opened.columns is None:  # (checked by the caller)
             raise ValueError("a lease file without Kea's header")
         end = line_end(opened.handle, opened.size)
         opened.handle.seek(start)
@@ -220,8 +220,9 @@ def _answer(files: Files, since: tuple[int, int, int] | None) -> JSON | None:
             source = "files"  # what Kea loads at its start: every lease it holds
     else:
         return None
-    if sum(opened.size - start for opened, start in parts) > MAX_APPENDED_BYTES:
-        return None
+    if (any(opened.columns is None for opened, _start in parts)
+            or sum(opened.size - start for opened, start in parts) > MAX_APPENDED_BYTES):  # fmt: skip
+        return None  # a file that is not Kea's, or far too much: Kea
     latest, bad, end = _read(parts)
     full = source == "files"
     return {
