@@ -342,7 +342,7 @@ def round_rows(section: str, state: Path, conf: Path, addresses: list[str], held
         raise RuntimeError(f"100 renewed, the round sent {len(answer['leases'])} leases")
     what = f"a lease round (dhcp-leases), {held:,} leases held"
     return [*_plain_rows(section, what, (full_s, full_b, same_s, same_b, hundred_s, hundred_b)),
-            *lfc_rows(section, what, state, conf, answer["cursor"], addresses, one)]  # fmt: skip
+            *lfc_rows(section, what, state, (conf, agent), answer["cursor"], addresses, one)]  # fmt: skip
 
 
 def _renew(sock: str, addresses: list[str]) -> None:
@@ -375,19 +375,23 @@ def _lfc(sock: str, conf: Path) -> None:
     raise RuntimeError("Kea ran no lease file cleanup, or did not reload after it")
 
 
-def lfc_rows(section: str, what: str, state: Path, conf: Path, cursor: list[int],
-             addresses: list[str], one) -> list[Row]:  # fmt: skip
+def lfc_rows(section: str, what: str, state: Path, paths: tuple[Path, AgentHost],
+             cursor: list[int], addresses: list[str], one) -> list[Row]:  # fmt: skip
     """The round after Kea's lease file cleanup (issue 26): 100 leases renewed before it and
     100 after; the round reads the old file's rest (through the agent's link) and the new file.
     Then the same round with the old file gone (two LFCs since, or the agent's link lost): every
     file Kea loads at its start (`.2` and the new file). Before issue 26's LFC work, the round
-    after an LFC was the full reading (lease4-get-all, row "in full")."""
+    after an LFC was the full reading (lease4-get-all, row "in full"). Kea's configuration,
+    rewritten here to start the LFC, is parsed by the agent before the round (it is once per
+    pushed file; an LFC does not change it)."""
+    conf, agent = paths
     sock = str(state / "kea4.sock")
     since = {"since_inode": cursor[0], "since_offset": cursor[1], "since_check": cursor[2]}
     step = max(1, len(addresses) // 100)
     _renew(sock, addresses[1::step][:100])
     _lfc(sock, conf)
     _renew(sock, addresses[2::step][:100])
+    host_kea.kea_paths(agent, conf)
     lfc_s, lfc_b, answer = one(since)
     if answer.get("from") != "rotated" or len(answer["leases"]) != 200:
         raise RuntimeError(f"after the LFC: from {answer.get('from')}, "
