@@ -4,13 +4,15 @@ Standard library only; run inside a lab namespace (``ip netns exec pl-dorm pytho
 
   flows.py serve tcp ADDR PORT [tcp|udp ADDR PORT ...]
         echo servers; prints "ready" when all listen, runs until killed
-  flows.py run SPEC_JSON --interval S --stop FILE --max-seconds S
+  flows.py run SPEC_JSON --interval S --stop FILE --max-seconds S [--pending REPORT]
         SPEC: [{"label", "kind": tcp|udp, "src": ADDR|null, "dst", "port", "count"}, ...]
         opens every flow (prints "established N failed M"), then each flow sends a line and
         waits for its echo, every S seconds, until FILE exists; prints one JSON result line:
         per label: opened, failed, resets (connection reset or closed), silent (no echo during
         the last second), and the longest silence between two echoes (max_gap) per flow.
-        When FILE.mark appears, it notes the moment and keeps FILE.pending up to date: how many
+        When FILE.mark appears, it notes the moment and keeps REPORT (default FILE.pending; each
+        client its own: two clients sharing one file raced on its rename, and one client's "0"
+        hid the other's silent flows) up to date: how many
         flows have not echoed since (0: every flow is alive after the mark); the result then
         also counts, per label, the flows that never echoed after the mark (not_after_mark).
 """
@@ -144,7 +146,9 @@ async def udp_talk(flow: Flow, spec: dict, interval: float, stop: asyncio.Event)
         transport.close()
 
 
-async def run(specs: list[dict], interval: float, stop_file: str, max_seconds: float) -> dict:
+async def run(
+    specs: list[dict], interval: float, stop_file: str, max_seconds: float, report: str
+) -> dict:
     limit = asyncio.Semaphore(64)
     stop = asyncio.Event()
     flows: list[Flow] = []
@@ -184,9 +188,9 @@ async def run(specs: list[dict], interval: float, stop_file: str, max_seconds: f
             mark = time.monotonic()
         if mark is not None and time.monotonic() >= next_report:
             pending = sum(1 for f in flows if f.last <= mark)
-            tmp = stop_file + ".pending.tmp"
+            tmp = report + ".tmp"
             Path(tmp).write_text(str(pending))
-            os.replace(tmp, stop_file + ".pending")
+            os.replace(tmp, report)
             next_report = time.monotonic() + 0.2
     end = time.monotonic()
     stop.set()
@@ -254,10 +258,11 @@ class Traffic:
             {"label": "ipv6", "kind": "tcp", "src": INET6, "dst": device6, "port": 8443, "count": v6},
         ]  # fmt: skip
         common = ("--interval", "0.1", "--stop", str(self.stop_file), "--max-seconds", "120")
+        self.pending = [Path(f"{self.stop_file}.pending.{side}") for side in ("dorm", "inet")]
         self.clients = [
-            netns_python("pl-dorm", "run", json.dumps(dorm), *common),
-            netns_python("pl-inet", "run", json.dumps(inet), *common),
-        ]
+            netns_python("pl-dorm", "run", json.dumps(dorm), *common, "--pending", str(self.pending[0])),
+            netns_python("pl-inet", "run", json.dumps(inet), *common, "--pending", str(self.pending[1])),
+        ]  # fmt: skip
         self.established = [first_line(c) for c in self.clients]
         self.total = sum(counts)
 
@@ -267,11 +272,11 @@ class Traffic:
         retransmission backoff (0.2, 0.4, 0.8, 1.6, 3.2, 6.4 s); a lost one never does.
         Returns whether all did, and how long that took."""
         started = time.monotonic()
-        pending_file = Path(f"{self.stop_file}.pending")
-        pending_file.unlink(missing_ok=True)
+        for report in self.pending:
+            report.unlink(missing_ok=True)
         Path(f"{self.stop_file}.mark").write_text("mark")
         while time.monotonic() - started < within:
-            if pending_file.exists() and pending_file.read_text().strip() == "0":
+            if all(r.exists() and r.read_text().strip() == "0" for r in self.pending):
                 return True, round(time.monotonic() - started, 2)
             time.sleep(0.1)
         return False, round(time.monotonic() - started, 2)
@@ -303,8 +308,10 @@ def main(argv: list[str]) -> int:
         return 0
     specs = json.loads(argv[1])
     opts = dict(zip(argv[2::2], argv[3::2], strict=True))
+    stop_file = opts["--stop"]
+    report = opts.get("--pending", stop_file + ".pending")
     result = asyncio.run(
-        run(specs, float(opts["--interval"]), opts["--stop"], float(opts["--max-seconds"]))
+        run(specs, float(opts["--interval"]), stop_file, float(opts["--max-seconds"]), report)
     )
     print(json.dumps(result), flush=True)
     return 0
