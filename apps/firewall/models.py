@@ -551,6 +551,12 @@ class RuleSetVersion(models.Model):
         return f"{self.host} #{self.pk} {self.content_hash[:12]}"
 
     @property
+    def applied_as_increment(self) -> bool:
+        """A delta version (apps.firewall.compiled.delta_compile): pushed as an increment and
+        stored without its texts (size 0) until the host's next full compile renders them."""
+        return self.texts_pending and self.size_bytes == 0
+
+    @property
     def element_count(self) -> int:
         """Set and map elements of the rule set (its size in the kernel)."""
         return sum(

@@ -49,10 +49,29 @@ def host_pin(*, host: FirewallHost, version: RuleSetVersion, actor: User) -> Non
     host = FirewallHost.objects.select_for_update().get(pk=host.pk)
     if version.host_id != host.pk:
         raise PinRefused("that version belongs to another host")
+    if version.applied_as_increment:
+        raise PinRefused(
+            (
+                _(
+                    "Version #%(n)s was pushed as an increment and the host runs it: its texts "
+                    "are stored by the next full compile of this host (“Push now” on the "
+                    "Firewalls page compiles every site in full)."
+                )
+                if version.content_hash == host.applied_checksum
+                else _(
+                    "Version #%(n)s was pushed as an increment and a later change replaced it "
+                    "before a full compile stored its texts: it cannot be put back."
+                )
+            )
+            % {"n": version.pk}
+        )
     if version.texts_pending:
         raise PinRefused(
-            f"version #{version.pk} was never stored completely (its worker stopped before "
-            "writing the texts); it cannot be put back"
+            _(
+                "Version #%(n)s was never stored completely (its worker stopped before writing "
+                "the texts); it cannot be put back."
+            )
+            % {"n": version.pk}
         )
     audit_record(
         actor=actor,

@@ -79,9 +79,17 @@ class VersionDiffView(StaffRequiredMixin, View):
             raise Http404("two version numbers (a, b) are needed") from None
         old = get_object_or_404(host.versions, pk=old_id)
         new = get_object_or_404(host.versions, pk=new_id)
-        pending = [v.pk for v in (old, new) if v.texts_pending]
-        sections = None if pending else version_diff(old=old, new=new)
-        context = {"host": host, "old": old, "new": new, "sections": sections, "pending": pending}
+        pending = [v.pk for v in (old, new) if v.texts_pending and not v.applied_as_increment]
+        increments = [v.pk for v in (old, new) if v.applied_as_increment]
+        sections = None if pending or increments else version_diff(old=old, new=new)
+        context = {
+            "host": host,
+            "old": old,
+            "new": new,
+            "sections": sections,
+            "pending": pending,
+            "increments": increments,
+        }
         return render(request, "firewall/version_diff.html", context)
 
 
@@ -130,7 +138,11 @@ class RollbackView(RoleRequiredMixin, View):
             "version": version,
             "running": running,
             "cause_members": cause_members([version.cause]),
-            "changes": version_changes(old=running, new=version) if running else None,
+            "changes": (
+                version_changes(old=running, new=version)
+                if running and not version.applied_as_increment
+                else None
+            ),
         }
         return render(request, "firewall/rollback_confirm.html", context)
 
@@ -139,8 +151,9 @@ class RollbackView(RoleRequiredMixin, View):
         version = _pin_target(host, request.POST.get("version"))
         try:
             host_pin(host=host, version=version, actor=request.user)
-        except PinRefused as exc:  # pragma: no cover - _pin_target already checked the host
-            raise Http404(str(exc)) from None
+        except PinRefused as exc:  # its texts are not stored (yet): nothing was changed
+            messages.error(request, str(exc))
+            return redirect("firewall:host_detail", name=host.name)
         messages.success(
             request,
             _(

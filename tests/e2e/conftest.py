@@ -78,3 +78,19 @@ def login(page):
         page.get_by_role("button", name="Log in").click()
 
     return do
+
+
+def staff_context(browser, base_url: str, *, username: str, locale: str, width: int):
+    """A browser context at `width` px in `locale`, logged in through the real form as
+    `username` (password tests.factories.PASSWORD); returns (context, page)."""
+    from tests.factories import PASSWORD
+
+    context = browser.new_context(
+        base_url=base_url, locale=locale, viewport={"width": width, "height": 900}
+    )
+    page = context.new_page()
+    page.goto("/accounts/login/")
+    page.locator("input[name=username]").fill(username)
+    page.locator("input[name=password]").fill(PASSWORD)
+    page.locator("form button[type=submit]").last.click()
+    return context, page

@@ -13,7 +13,8 @@ from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost
 from apps.health.models import HostHealthSample
 from portal_fw import probes
-from tests.factories import PASSWORD, UserFactory
+from tests.e2e.conftest import staff_context
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SHOTS = Path(os.environ.get("PORTAL_SCREENSHOTS", "/nonexistent"))
@@ -44,14 +45,9 @@ def hosts():
 def test_the_refusal_and_the_offloaded_flows_read_and_fit(
     browser, live_server, hosts, width, locale
 ):
-    context = browser.new_context(
-        base_url=live_server.url, locale=locale, viewport={"width": width, "height": 900}
+    context, page = staff_context(
+        browser, live_server.url, username="ada", locale=locale, width=width
     )
-    page = context.new_page()
-    page.goto("/accounts/login/")
-    page.locator("input[name=username]").fill("ada")
-    page.locator("input[name=password]").fill(PASSWORD)
-    page.locator("form button[type=submit]").last.click()
     german = locale.startswith("de")
     for path in ("/firewalls/", "/firewalls/pl-nat1/", "/firewalls/pl-nat2/"):
         page.goto(path)

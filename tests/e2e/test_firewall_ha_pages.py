@@ -12,7 +12,8 @@ import pytest
 from apps.firewall.models import FirewallHost, Site
 from apps.health.models import HostHealthSample
 from apps.tickets.status import status_cache_clear
-from tests.factories import PASSWORD, UserFactory, device_add, member_active
+from tests.e2e.conftest import staff_context
+from tests.factories import UserFactory, device_add, member_active
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SHOTS = Path(os.environ.get("PORTAL_SCREENSHOTS", "/nonexistent"))
@@ -54,14 +55,9 @@ def pair():
 @pytest.mark.parametrize("width", [390, 1280])
 @pytest.mark.parametrize("locale", ["en-GB", "de-DE"])
 def test_failover_and_quota_sections_fit_and_read(browser, live_server, pair, width, locale):
-    context = browser.new_context(
-        base_url=live_server.url, locale=locale, viewport={"width": width, "height": 900}
+    context, page = staff_context(
+        browser, live_server.url, username="ada", locale=locale, width=width
     )
-    page = context.new_page()
-    page.goto("/accounts/login/")
-    page.locator("input[name=username]").fill("ada")
-    page.locator("input[name=password]").fill(PASSWORD)
-    page.locator("form button[type=submit]").last.click()
     german = locale.startswith("de")
     for path in ("/firewalls/", "/firewalls/pl-nat2/", "/status/"):
         page.goto(path)

@@ -14,7 +14,8 @@ from django.utils import timezone
 from apps.firewall.models import FirewallHost
 from apps.health.models import HostHealthSample
 from apps.tickets.status import status_cache_clear
-from tests.factories import PASSWORD, UserFactory
+from tests.e2e.conftest import staff_context
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SHOTS = Path(os.environ.get("PORTAL_SCREENSHOTS", "/nonexistent"))
@@ -44,14 +45,9 @@ def resolvers():
 @pytest.mark.parametrize("width", [390, 1280])
 @pytest.mark.parametrize("locale", ["en-GB", "de-DE"])
 def test_the_resolver_section_reads_and_fits(browser, live_server, resolvers, width, locale):
-    context = browser.new_context(
-        base_url=live_server.url, locale=locale, viewport={"width": width, "height": 900}
+    context, page = staff_context(
+        browser, live_server.url, username="ada", locale=locale, width=width
     )
-    page = context.new_page()
-    page.goto("/accounts/login/")
-    page.locator("input[name=username]").fill("ada")
-    page.locator("input[name=password]").fill(PASSWORD)
-    page.locator("form button[type=submit]").last.click()
     german = locale.startswith("de")
     page.goto("/firewalls/pl-nat1/")
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")

@@ -209,7 +209,7 @@ def test_a_failover_keeps_an_offloaded_connection(case) -> None:
     for step in ("-c", "-f", "-R", "-B"):  # commit, flush, resync, bulk send: all succeed
         assert re.search(rf"conntrackd {step}: exit 0 ", notify), (step, notify)
     # The backup's entries right after the commit: each is ESTABLISHED (committed, not yet
-    # offloaded: no OFFLOAD bit, the full established timeout) or already offloaded again.
+    # offloaded: no OFFLOAD bit) or already offloaded again.
     # The idle control connection shows the commit itself (no packet has offered it yet).
     committed = [
         line for line in r.block("backup_ct_committed").splitlines() if "dport=7007 " in line
@@ -219,17 +219,18 @@ def test_a_failover_keeps_an_offloaded_connection(case) -> None:
     fresh = [line for line in committed if "ESTABLISHED" in line]
     assert fresh, committed
     assert all("[OFFLOAD]" not in line for line in fresh)
-    # The idle control connection keeps the commit's timeout: 5 days, less a few seconds. The
-    # data connection goes on at once, so by the time of the listing the kernel may have set
-    # its timeout again, to one of its own values, as for any flow: the retransmission timeout
-    # (300 s; nf_conntrack_tcp_timeout_max_retrans and _unacknowledged) if its first packets on
-    # the backup were retransmissions after the stall (seen once in CI), or one day if the
-    # backup's flowtable took it and handed it back to the classic path before the listing
-    # (nf_ct_offload_timeout sets NF_CT_DAY on an entry with less than half a day left, as
-    # after the retransmission timeout; the hand-back only lowers a timeout above the
-    # established one: seen once in CI, 86397 s).
+    # Each committed entry lives on for at least most of a day, whatever the kernel set: the
+    # commit's 5 days (the established timeout conntrackd synced while the primary's entry was
+    # still on the classic path), or one day (NF_CT_DAY: the kernel sets it on an entry carrying
+    # the offload bit with less than half a day left, nf_ct_offload_timeout; when the primary had
+    # offloaded an entry before conntrackd synced it, the sync carries no timeout: an offloaded
+    # entry's dump has none. Seen in CI on the idle control connection, 86390 s, and on the data
+    # connection handed back to the classic path, 86397 s). The data connection goes on at once,
+    # so by the listing the kernel may also have set the retransmission timeout (300 s;
+    # nf_conntrack_tcp_timeout_max_retrans and _unacknowledged) if its first packets on the
+    # backup were retransmissions after the stall (seen once in CI).
     timeouts = [int(line.split()[2]) for line in fresh]
-    assert any(t > 400_000 for t in timeouts), committed
+    assert any(t > 86_000 for t in timeouts), committed
     assert all(t > 400_000 or 250 < t <= 300 or 86_000 < t <= 86_400 for t in timeouts), committed
     # ... and offloaded again on the backup, in its own flowtable.
     assert int(values["offload_backup"]) >= 1

@@ -279,3 +279,18 @@ def test_a_forward_without_public_address_says_so_on_the_page_and_in_the_api():
     page = client.post(f"/port-forwards/{forward.pk}/test/", HTTP_HX_REQUEST="true")
     assert page.status_code < 500
     assert "no public address" in page.content.decode()
+
+
+def test_the_api_refuses_to_put_back_a_version_pushed_as_an_increment(make_user, host):
+    from apps.firewall.models import RuleSetVersion
+
+    delta = RuleSetVersion.objects.create(
+        host=host, content_hash="d" * 64, nft_text="", texts_pending=True, counts={}
+    )
+    admin = login(make_user(roles=("admin",)))
+    url = f"/api/firewalls/{host.name}/rollback/"
+    refused = admin.post(url, {"version": delta.pk}, content_type="application/json")
+    assert refused.status_code == 400
+    assert "pushed as an increment" in refused.json()["version"][0]
+    assert FirewallHost.objects.get(pk=host.pk).pinned_version_id is None
+    assert not AuditEntry.objects.filter(action="firewall.pin").exists()

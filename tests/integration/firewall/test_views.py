@@ -324,3 +324,63 @@ def test_only_the_confirmed_version_is_marked_running_the_equal_ones_say_same_as
     assert "(running)" in running
     same = html.split(f'data-testid="version-{first.pk}">', 1)[1].split("</td>", 1)[0]
     assert f"same as #{again.pk}" in same
+
+
+def test_a_version_pushed_as_an_increment_says_when_it_can_be_compared_and_put_back(
+    client_for, host, django_capture_on_commit_callbacks
+):
+    """Issue 26's delta path stores a version without its texts; the host's next full compile
+    stores them if the host still runs it. Its pages say so instead of "0 bytes", a 404 or "its
+    worker stopped"."""
+    from apps.audit.models import AuditEntry
+
+    full = store(host, "table inet portal_fw {}\n")
+    delta = RuleSetVersion.objects.create(
+        host=host,
+        content_hash="d" * 64,
+        nft_text="",
+        texts_pending=True,
+        size_bytes=0,
+        counts=dict(full.counts),
+        cause="device.add 7",
+    )
+    newer = store(host, "table inet portal_fw { }\n")
+    host.mark_applied(newer)  # a later full compile runs; the increment's texts never came
+    admin = client_for("admin")
+    detail = admin.get(reverse("firewall:host_detail", args=[host.name])).content.decode()
+    assert detail.count('data-testid="version-increment"') == 1
+    assert "texts not stored: cannot be put back" in detail
+    assert f"?version={delta.pk}" not in detail  # no "Put back" for it
+    assert f"?version={full.pk}" in detail
+
+    url = reverse("firewall:rollback", args=[host.name])
+    confirm = admin.get(url, {"version": delta.pk})
+    assert confirm.status_code == 200
+    page = confirm.content.decode()
+    assert f"Version #{delta.pk} was pushed as an increment and a later change replaced" in page
+    assert 'name="version"' not in page  # no form to send
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        refused = admin.post(url, {"version": delta.pk}, follow=True)
+    assert refused.status_code == 200
+    assert "it cannot be put back." in refused.content.decode()
+    assert not callbacks
+    assert FirewallHost.objects.get(pk=host.pk).pinned_version_id is None
+    assert not AuditEntry.objects.filter(action="firewall.pin").exists()
+
+    diff = reverse("firewall:version_diff", args=[host.name])
+    shown = admin.get(diff, {"a": full.pk, "b": delta.pk}).content.decode()
+    assert f"#{delta.pk} was pushed as an increment" in shown
+    assert "Until then it cannot be compared." in shown
+    assert "diff-add" not in shown
+    other = admin.get(diff, {"a": full.pk, "b": newer.pk}).content.decode()
+    assert "pushed as an increment" not in other
+
+    german = admin.get(
+        reverse("firewall:host_detail", args=[host.name]), HTTP_ACCEPT_LANGUAGE="de"
+    ).content.decode()
+    assert ">Inkrement<" in german
+    assert "Texte nicht gespeichert: nicht wieder einspielbar" in german
+    # The version the host runs: stored by its next full compile, "Push now" says how.
+    host.mark_applied(delta)
+    running = admin.get(url, {"version": delta.pk}).content.decode()
+    assert "the host runs it: its texts are stored by the next full compile" in running
