@@ -85,9 +85,10 @@ def replace_carrying(host: Host) -> subprocess.CompletedProcess[str]:
 
     The gate: a pipe whose read end the loader includes last (`include "/dev/fd/N"`); nft
     parses everything before it evaluates and commits, and the read ends (EOF) when the agent
-    closes its end, or dies. What the kernel counts between the end of the reading and the
-    commit is the only loss: the loader's evaluation and the kernel's work, not the whole
-    load. A reading that fails kills the loader before the gate: nothing changed."""
+    closes its end, or dies. What an element counts between its reading and the commit is the
+    only loss: the rest of the reading, the loader's evaluation and the kernel's work, no
+    longer the whole load. A reading that fails kills the loader before the gate: nothing
+    changed."""
     handle = table_handle(host)
     settle(host, handle)  # what an earlier replacement left, before its file is reused
     gate, release = os.pipe()
