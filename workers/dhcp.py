@@ -16,4 +16,4 @@ def dhcp_leases_collect() -> None:
     for outcome in services.leases_collect():
         log.info("dhcp.leases", host=outcome.host, ok=outcome.ok, leases=outcome.leases,
                  written=outcome.written, skipped=outcome.skipped, full=outcome.full,
-                 gone=outcome.gone)  # fmt: skip
+                 gone=outcome.gone, source=outcome.source)  # fmt: skip

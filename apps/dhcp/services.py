@@ -14,7 +14,7 @@ from django.utils import timezone
 from apps.dhcp.models import DhcpSettings, Lease, LeaseCursor, RegistrationRange
 from apps.dhcp.signals import registration_leases_seen
 from apps.firewall.models import FirewallHost
-from apps.firewall.transport import FirewallUnreachable, session_for
+from apps.firewall.transport import LEASE_POOL, FirewallUnreachable, pooled_session_for
 from workers.ruleset.snapshot import MAC_RE
 
 log = structlog.get_logger(__name__)
@@ -178,6 +178,7 @@ class CollectOutcome:
     error: str = ""
     full: bool = True  # every lease (no cursor, or the host started over); else what changed
     gone: int = 0  # leases Kea deleted since the last reading (the history keeps their rows)
+    source: str = ""  # where the host read them: file, rotated (after an LFC), files, kea
 
 
 # The host's cursor, checked like everything a host sends: (name, upper bound) of each value.
@@ -231,7 +232,7 @@ def lease_round_store(
     gone = data.get("gone")
     return CollectOutcome(
         host.name, True, len(rows), written, skipped, full=full,
-        gone=len(gone) if isinstance(gone, list) else 0,
+        gone=len(gone) if isinstance(gone, list) else 0, source=str(data.get("from") or "")[:20],
     )  # fmt: skip
 
 
@@ -239,8 +240,8 @@ def host_leases_collect(*, host: FirewallHost) -> CollectOutcome:
     """Read one host's leases (the helper's `dhcp-leases` verb: what changed since the last
     stored reading, or every lease) and merge them."""
     since = cursor_args(host)
-    try:
-        with session_for(host) as session:
+    try:  # the connection (and its agent) stays open for the next round: no handshake
+        with pooled_session_for(host, LEASE_POOL) as session:
             reply = session.call("dhcp-leases", *since, timeout=120)
     except FirewallUnreachable as exc:
         return CollectOutcome(host.name, False, error=str(exc))

@@ -261,8 +261,10 @@ class ConnectionPool:
     15 s, 3 unanswered) closes one whose host went away. A session on a reused connection
     first asks its agent `version` (one round trip); one that does not answer within the
     connect time-out (the host went silent) is replaced, nothing having been sent. After a
-    fork the child starts its own pool. Only rollouts use it (`pooled_session_for`); the
-    occasional reads of the health beat and the staff screens connect each time."""
+    fork the child starts its own pool. Rollouts use `POOL`, the lease rounds (every 15 s,
+    apps/dhcp) `LEASE_POOL`, so a round never waits behind an apply on one agent, nor an apply
+    behind a round (`pooled_session_for`); the occasional reads of the health beat and the
+    staff screens connect each time."""
 
     KEEPALIVE = {"keepalive_interval": 15, "keepalive_count_max": 3}
 
@@ -346,6 +348,7 @@ class ConnectionPool:
 
 
 POOL = ConnectionPool()
+LEASE_POOL = ConnectionPool()  # the lease rounds' own connections and agents
 
 
 class FirewallSession:

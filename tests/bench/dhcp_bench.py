@@ -341,6 +341,79 @@ def round_rows(section: str, state: Path, conf: Path, addresses: list[str], held
     if answer["full"] or len(answer["leases"]) != 100:
         raise RuntimeError(f"100 renewed, the round sent {len(answer['leases'])} leases")
     what = f"a lease round (dhcp-leases), {held:,} leases held"
+    return [*_plain_rows(section, what, (full_s, full_b, same_s, same_b, hundred_s, hundred_b)),
+            *lfc_rows(section, what, state, (conf, agent), answer["cursor"], addresses, one)]  # fmt: skip
+
+
+def _renew(sock: str, addresses: list[str]) -> None:
+    expire = int(time.time()) + 7200
+    for address in addresses:
+        host_kea.command(sock, "lease4-update", {
+            "ip-address": address, "hw-address": _lease_mac(sock, address), "subnet-id": 1,
+            "valid-lft": 3600, "expire": expire})  # fmt: skip
+
+
+def _lfc(sock: str, conf: Path) -> None:
+    """One lease file cleanup of Kea 2.2 (lfc-interval 5 s until it ran, then the hour again):
+    the lease file renamed to `.1`, a new one begun, kea-lfc merging `.2` and `.1` into `.2`."""
+    leases = conf.with_name("leases4.csv")
+    text = conf.read_text()
+    inode = leases.stat().st_ino
+    if '"lfc-interval": 3600' not in text:
+        raise RuntimeError("the compiled Kea configuration no longer says lfc-interval 3600")
+    conf.write_text(text.replace('"lfc-interval": 3600', '"lfc-interval": 5', 1))
+    if host_kea.command(sock, "config-reload", timeout=300).get("result") != 0:
+        raise RuntimeError("config-reload with lfc-interval 5 refused")
+    deadline = time.monotonic() + 120
+    while leases.stat().st_ino == inode and time.monotonic() < deadline:
+        time.sleep(0.02)
+    conf.write_text(text)
+    while time.monotonic() < deadline:  # refused while kea-lfc runs (it cannot load the files)
+        if host_kea.command(sock, "config-reload", timeout=300).get("result") == 0:
+            return
+        time.sleep(0.1)
+    raise RuntimeError("Kea ran no lease file cleanup, or did not reload after it")
+
+
+def lfc_rows(section: str, what: str, state: Path, paths: tuple[Path, AgentHost],
+             cursor: list[int], addresses: list[str], one) -> list[Row]:  # fmt: skip
+    """The round after Kea's lease file cleanup (issue 26): 100 leases renewed before it and
+    100 after; the round reads the old file's rest (through the agent's link) and the new file.
+    Then the same round with the old file gone (two LFCs since, or the agent's link lost): every
+    file Kea loads at its start (`.2` and the new file). Before issue 26's LFC work, the round
+    after an LFC was the full reading (lease4-get-all, row "in full"). Kea's configuration,
+    rewritten here to start the LFC, is parsed by the agent before the round (it is once per
+    pushed file; an LFC does not change it)."""
+    conf, agent = paths
+    sock = str(state / "kea4.sock")
+    since = {"since_inode": cursor[0], "since_offset": cursor[1], "since_check": cursor[2]}
+    step = max(1, len(addresses) // 100)
+    _renew(sock, addresses[1::step][:100])
+    _lfc(sock, conf)
+    _renew(sock, addresses[2::step][:100])
+    host_kea.kea_paths(agent, conf)
+    lfc_s, lfc_b, answer = one(since)
+    if answer.get("from") != "rotated" or len(answer["leases"]) != 200:
+        raise RuntimeError(f"after the LFC: from {answer.get('from')}, "
+                           f"{len(answer['leases'])} leases")  # fmt: skip
+    link = state / f"leases4.csv.portal-{cursor[0]}"
+    link.unlink()
+    files_s, files_b, answer = one(since)
+    if answer.get("from") != "files":
+        raise RuntimeError(f"without the old file: from {answer.get('from')}")
+    held = len(answer["leases"])
+    return [
+        (section, f"{what}: after Kea's LFC (100 renewed before it, 100 after): the old file's "
+         "rest and the new file", lfc_s, "s", ""),
+        (section, f"{what}: after Kea's LFC, answer size", lfc_b / 1e3, "kB", ""),
+        (section, f"{what}: after two LFCs (the old file gone): every lease from Kea's files, "
+         f"not from Kea ({held:,})", files_s, "s", ""),
+        (section, f"{what}: after two LFCs, answer size", files_b / 1e6, "MB", ""),
+    ]  # fmt: skip
+
+
+def _plain_rows(section: str, what: str, figures: tuple[float, ...]) -> list[Row]:
+    full_s, full_b, same_s, same_b, hundred_s, hundred_b = figures
     return [
         (section, f"{what}: in full (no cursor: lease4-get-all)", full_s, "s", ""),
         (section, f"{what}: in full, answer size", full_b / 1e6, "MB", ""),

@@ -2,7 +2,8 @@
 
     kea-ctl reload FILE [PREVIOUS]
                             config-reload; exit 0 only when Kea answers result 0 (it then runs
-                            FILE's configuration). Kea re-reads the file it was started with:
+                            FILE's configuration); 3 when Kea does not answer, or refuses only
+                            because its lease file cleanup runs (try again); 1 when refused. Kea re-reads the file it was started with:
                             FILE must be that file (the helper's kea-dhcp4 artefact path).
                             PREVIOUS: the configuration Kea ran before (the Kea path's last
                             loaded file, `{loaded}`): only leases of the addresses whose
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import sys
 import time
@@ -32,11 +32,14 @@ from typing import Any
 
 from .common import JSON, failed, refused
 from .host import Host
-from .leasefile import MAX_APPENDED_BYTES, appended_leases, check, columns_of, lease_file, line_end
+from .leasefile import lease_file, lease_round
 
 KEA_ARTEFACT = "kea-dhcp4"
 
 TIMEOUT = 60.0
+# Kea 2.2 refuses config-reload while kea-lfc runs (it cannot load its lease files then: seconds
+# every lfc-interval at 300,000 leases); the file is fine, so the Kea path tries again (exit 3).
+LFC_RUNNING = "while the lease file cleanup is in progress"
 
 
 class KeaError(Exception):
@@ -231,6 +234,9 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"kea-ctl: {exc}\n")
             return 3
         if answer.get("result") != 0:
+            if LFC_RUNNING in str(answer.get("text")):  # not the file: tried again soon
+                sys.stderr.write(f"kea-ctl: Kea is busy: {answer.get('text')}\n")
+                return 3
             sys.stderr.write(f"kea-ctl: config-reload refused: {answer.get('text')}\n")
             return 1
         freed = free_reserved_addresses(path, config_file, previous, config)
@@ -272,48 +278,8 @@ def leases(path: str) -> list[list[Any]]:
 
 def leases_since(socket_name: str, path: Path | None, since: tuple[int, int, int] | None) -> JSON:
     """One round of leases: what changed since the cursor `since` (inode, offset, check), read
-    from the lease file's appended lines, or, when the cursor does not fit the file (none
-    given, LFC started a new file, the file is shorter, its bytes differ), every lease from Kea
-    (`full`). The answer's `cursor` is the file position the round covers (None: no file, every
-    round is full); a line written after it comes again in the next round (a lease merged twice
-    changes nothing in the portal's history)."""
-    handle = None
-    if path is not None:
-        try:
-            handle = path.open("rb")
-        except OSError:
-            handle = None
-    try:
-        if handle is None:
-            return {"full": True, "leases": leases(socket_name), "gone": [], "cursor": None}
-        inode, size = os.fstat(handle.fileno()).st_ino, os.fstat(handle.fileno()).st_size
-        handle.seek(0)
-        columns = columns_of(handle.readline(4096))
-        if (
-            since is not None
-            and columns is not None
-            and since[0] == inode
-            and since[1] <= size
-            and size - since[1] <= MAX_APPENDED_BYTES
-            and check(handle, since[1]) == since[2]
-        ):
-            handle.seek(since[1])
-            data = handle.read(size - since[1])
-            end = since[1] + data.rfind(b"\n") + 1
-            latest, bad = appended_leases(data[: end - since[1]], columns)
-            return {
-                "full": False,
-                "leases": [row for row in latest.values() if row is not None],
-                "gone": [address for address, row in latest.items() if row is None],
-                "skipped_lines": bad,
-                "cursor": [inode, end, check(handle, end)],
-            }
-        end = line_end(handle, size)  # the position first, then Kea: nothing falls between
-        cursor = [inode, end, check(handle, end)] if columns is not None else None
-        return {"full": True, "leases": leases(socket_name), "gone": [], "cursor": cursor}
-    finally:
-        if handle is not None:
-            handle.close()
+    from Kea's lease files, or every lease from Kea (`leasefile.lease_round`)."""
+    return lease_round(path, since, lambda: leases(socket_name))
 
 
 def dhcp_leases(host: Host, args: JSON) -> JSON:

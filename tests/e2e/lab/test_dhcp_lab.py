@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_support import LAB_VAR, in_ns, lab_sh
+from lab_support import LAB_VAR, in_ns, lab_sh, run
 from rest_framework.test import APIClient
 
 from apps.dhcp.models import DhcpSettings, RegistrationRange
@@ -735,3 +735,52 @@ def test_a_failed_kea_reload_and_a_second_one_after_kea_recovered(dhcp):
     )
     assert kea_path("pl-nat1")["state"] == "loaded"
     assert kea_reserves("pl-nat1", third_mac)
+
+
+def test_lease_rounds_keep_their_connections_and_reconnect_after_a_host_went_away(hosts):
+    """Issue 26: a lease round (every 15 s) reuses one SSH connection and agent per host
+    (`LEASE_POOL`, apart from the rollouts' connections): no handshake per host and round. A
+    host whose sshd restarted gets a new connection in the next round; one whose link went
+    silent fails that round (after the connect time-out, never a hang) while the other host is
+    read, and the round after it is back reads both from their cursors again."""
+    from apps.dhcp.services import leases_collect
+    from apps.firewall.transport import LEASE_POOL
+
+    lab = json.loads((LAB_VAR / "lab.json").read_text())
+    for entry in lab["hosts"]:
+        FirewallHost.objects.filter(name=entry["name"]).update(serves_dhcp=True)
+    LEASE_POOL.close()
+    before = LEASE_POOL.handshakes
+
+    def lease_round() -> list[tuple[str, bool, bool]]:
+        return [(o.host, o.ok, o.full) for o in leases_collect()]
+
+    try:
+        assert lease_round() == [("pl-nat1", True, True), ("pl-nat2", True, True)]
+        from_cursor = [("pl-nat1", True, False), ("pl-nat2", True, False)]
+        agents = {key: agent.hello["pid"] for key, agent in LEASE_POOL.agents.items()}
+        for _ in range(3):
+            assert lease_round() == from_cursor
+        assert LEASE_POOL.handshakes - before == 2  # one per host, in four rounds
+        assert {key: a.hello["pid"] for key, a in LEASE_POOL.agents.items()} == agents
+
+        # sshd restarted on nat1 (its sessions ended): the next round connects again.
+        assert lab_sh("sshd-stop", "nat1").returncode == 0
+        assert lab_sh("sshd-start", "nat1").returncode == 0
+        assert lease_round() == from_cursor
+        assert LEASE_POOL.handshakes - before == 3
+
+        # nat1's link goes silent: that round fails for nat1 after the connect time-out and
+        # reads nat2; once the link is back, the next rounds read both from their cursors.
+        ip = ("ip", "-n", "pl-nat1", "link", "set", "mgmt0")
+        try:
+            assert run(*ip, "down").returncode == 0
+            started = time.monotonic()
+            assert lease_round() == [("pl-nat1", False, True), ("pl-nat2", True, False)]
+            assert time.monotonic() - started < 30
+        finally:
+            run(*ip, "up")
+        assert wait_until(lambda: lease_round() == from_cursor, 20, 0.5)
+        assert lease_round() == from_cursor
+    finally:
+        LEASE_POOL.close()

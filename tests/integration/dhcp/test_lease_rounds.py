@@ -2,7 +2,7 @@
 file, no interfaces) changes its leases at random; after every round, the history of a host read
 with cursors (only Kea's appended lines) must be exactly the history of a host read in full
 (lease4-get-all) from the same Kea; also across agent restarts, a Kea restart, Kea's lease file
-cleanup (LFC: a new file) and a round the portal did not store."""
+cleanup (LFC: a new file; more in test_lease_lfc.py) and a round the portal did not store."""
 
 from __future__ import annotations
 
@@ -64,8 +64,9 @@ class Kea:
 
     def start(self) -> None:
         self.sock.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(["kea-dhcp4", "-c", str(self.conf)], env=self.env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        with (self.tmp / "kea.log").open("ab") as log:  # its LFC lines are counted
+            self.proc = subprocess.Popen(["kea-dhcp4", "-c", str(self.conf)], env=self.env,
+                                         stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         deadline = time.monotonic() + 10
         while not self.sock.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -113,17 +114,41 @@ class Kea:
         answer = self.ask("lease4-update", update)
         assert answer["result"] == 0, answer
 
-    def wait_for_lfc(self) -> None:
-        """Kea's lease file cleanup: the lease file is renamed and a new one started."""
-        inode = self.leases.stat().st_ino
-        self.write_config(lfc_interval=1)
-        assert self.ask("config-reload")["result"] == 0
-        deadline = time.monotonic() + 20
-        while self.leases.stat().st_ino == inode and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert self.leases.stat().st_ino != inode, "Kea ran no lease file cleanup"
+    def reload(self) -> None:
+        """config-reload; Kea refuses one while kea-lfc runs (it cannot load its lease files
+        then): asked again until it is done."""
+        deadline = time.monotonic() + 10
+        while True:
+            answer = self.ask("config-reload")
+            if answer["result"] == 0:
+                return
+            assert "cleanup is in progress" in answer["text"], answer
+            assert time.monotonic() < deadline, answer
+            time.sleep(0.05)
+
+    def lfcs(self) -> int:
+        """How many lease file cleanups Kea started (its log: one line each)."""
+        log = self.tmp / "kea.log"
+        return log.read_bytes().count(b"DHCPSRV_MEMFILE_LFC_EXECUTE") if log.exists() else 0
+
+    def wait_for_lfc(self) -> int:
+        """Kea's lease file cleanup (lfc-interval 2 s until it ran, then 0): the lease file is
+        renamed to `.1`, a new one started, and kea-lfc merges `.2` and `.1` into `.2`.
+        Returns how many Kea ran (one, unless this process stalled for 2 s)."""
+        before = self.lfcs()
+        self.write_config(lfc_interval=2)
+        self.reload()
+        deadline = time.monotonic() + 30
+        while self.lfcs() == before and time.monotonic() < deadline:
+            time.sleep(0.02)
         self.write_config(lfc_interval=0)
-        assert self.ask("config-reload")["result"] == 0
+        self.reload()
+        rotated = self.leases.with_name(self.leases.name + ".1")
+        while rotated.exists() and time.monotonic() < deadline:  # kea-lfc still merging
+            time.sleep(0.02)
+        done = self.lfcs() - before
+        assert done >= 1, "Kea ran no lease file cleanup"
+        return done
 
 
 @pytest.fixture
@@ -163,11 +188,14 @@ def one_round(agent: Host, rounds: FirewallHost, full: FirewallHost) -> dict:
     now = timezone.now()
     answer = kea.dhcp_leases(agent, words_as_args(cursor_args(rounds)))
     lease_round_store(host=rounds, data=json.loads(json.dumps(answer)), now=now)
-    every = kea.dhcp_leases(agent, {})
-    assert every["full"] is True
+    every = {"full": True, "leases": kea.leases(kea.kea_paths(agent, agent_conf(agent))[0])}
     lease_round_store(host=full, data={**every, "cursor": None}, now=now)
     assert history("rounds") == history("full")
     return answer
+
+
+def agent_conf(agent: Host) -> Path:
+    return agent.artefacts[kea.KEA_ARTEFACT].path
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -215,18 +243,18 @@ def one_shot(tmp: Path, conf: Path, words: list[str]) -> dict:
 def test_agent_restarts_kea_restart_lfc_and_a_lost_round_converge(server, tmp_path):
     """The fault sequence: rounds from a new agent process each (agent restarts); Kea
     restarted (its lease file kept: rounds go on from the cursor); a round the portal did not
-    store (asked again from the old cursor); Kea's LFC (a new file: the next round is full);
+    store (asked again from the old cursor); Kea's LFC (a new file: the next round reads the old
+    file's rest and the new file);
     a second agent restart after that recovery. After each round the two histories agree."""
     rng = random.Random(26)  # noqa: S311
     rounds, full = hosts()
     held: dict[str, str] = {}
-    agent = agent_host(tmp_path, server.conf)
 
     def shot_round() -> dict:
         now = timezone.now()
         answer = one_shot(tmp_path, server.conf, cursor_args(rounds))
         lease_round_store(host=rounds, data=answer, now=now)
-        every = kea.dhcp_leases(agent, {})
+        every = {"full": True, "leases": kea.leases(str(server.sock))}  # Kea itself
         lease_round_store(host=full, data={**every, "cursor": None}, now=now)
         assert history("rounds") == history("full")
         return answer
@@ -255,11 +283,11 @@ def test_agent_restarts_kea_restart_lfc_and_a_lost_round_converge(server, tmp_pa
     assert again["full"] is False
     assert {r[0] for r in lost["leases"]} <= {r[0] for r in again["leases"]} | set(again["gone"])
 
-    server.wait_for_lfc()
+    assert server.wait_for_lfc() == 1
     for _ in range(6):
         server.change(rng, held)
-    after_lfc = shot_round()
-    assert after_lfc["full"] is True  # the cursor named the renamed file: every lease
+    after_lfc = shot_round()  # the renamed file's rest (kept by the agent's link), the new file
+    assert (after_lfc["full"], after_lfc["from"]) == (False, "rotated")
     assert LeaseCursor.objects.get(host=rounds).inode == server.leases.stat().st_ino
 
     for _ in range(8):  # recovered; then the second agent restart
@@ -269,9 +297,10 @@ def test_agent_restarts_kea_restart_lfc_and_a_lost_round_converge(server, tmp_pa
         server.change(rng, held)
     assert shot_round()["full"] is False
 
-    cursor = LeaseCursor.objects.get(host=rounds)  # a fingerprint that does not fit: full
+    cursor = LeaseCursor.objects.get(host=rounds)  # a fingerprint that does not fit: Kea
     LeaseCursor.objects.filter(host=rounds).update(fingerprint=(cursor.fingerprint + 1) % 2**48)
-    assert shot_round()["full"] is True
+    answer = shot_round()
+    assert (answer["full"], answer["from"]) == (True, "kea")
 
 
 def test_a_cursor_the_host_sends_is_checked_and_bad_arguments_are_refused(server, tmp_path):

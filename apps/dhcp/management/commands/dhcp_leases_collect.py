@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.dhcp.models import LeaseCursor
 from apps.dhcp.services import leases_collect
+from apps.firewall.transport import LEASE_POOL
 
 
 class Command(BaseCommand):
@@ -23,7 +24,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["full"]:
             LeaseCursor.objects.all().delete()
-        outcomes = leases_collect()
+        try:
+            outcomes = leases_collect()
+        finally:
+            LEASE_POOL.close()  # a one-off process: its connections end with it
         if not outcomes:
             self.stdout.write("dhcp_leases_collect: no enabled host serves DHCP")
             return
