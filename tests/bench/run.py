@@ -1112,8 +1112,14 @@ def traffic_collection() -> Iterable[Row]:
                 "",
             )
             yield (
-                f"{tag}: host, full replacement by the agent's loader, to its answer, bare / carrying the counters (read + fold)",
+                f"{tag}: host, full replacement by the agent's loader, to its answer, bare / carrying the counters (read while the loader parses; every key counted)",
                 f"{h['replace_bare']:.2f} / {h['replace_carrying']:.2f}",
+                "s",
+                "",
+            )
+            yield (
+                f"{tag}: host, that carry: the reading ({h['carried_keys']:,} keys) / from its end to the commit (not carried) / the fold after the answer",
+                f"{h['carry_read']:.2f} / {h['carry_uncounted']:.2f} / {h['carry_fold']:.2f}",
                 "s",
                 "",
             )

@@ -10,8 +10,10 @@ the acct*_out sets, which stay as anti-spoofing's sets, and the `account` chains
 of 3. Every accounting element is then given a counter value (as if each key had traffic) and
 the helper's `traffic` verb runs in the namespace (state dir in a tmp dir): its time (best of
 3) and the size of its answer; then a full replacement through the helper's own path that
-carries the counters (read + fold before the load), against the same replacement without them
-(both by the agent's loader, portal_fw/loader.py, timed to its answer).
+carries the counters (read while its loader parses, folded after the answer: timed apart),
+against the same replacement without them (both by the agent's loader, portal_fw/loader.py,
+timed to its answer), and from the agent's log how long its reading took and how long from its
+end to the commit (what the kernel counted then is not carried).
 Portal: every device of the seed_demo database gets IPv4 in/out rows and every /64 IPv6
 in/out rows; the answer's parse (JSON + traffic_reply_parse) is timed, then `traffic_store`
 stores the first reading (every key new) and a second one (every
@@ -97,13 +99,19 @@ def with_counts(text: str) -> str:
 
 
 CARRY = f"""
-import pathlib, sys
+import json, pathlib, sys, time
 sys.path.insert(0, {str(ROOT / "deploy" / "firewall")!r})
 from portal_fw import nft
 from portal_fw.host import Host
 host = Host(pathlib.Path(sys.argv[1]), "bench")
 tx = pathlib.Path(sys.argv[2]).read_text()
-print(nft.nft_file(host, tx, check_only=False).returncode)
+start = time.perf_counter()
+rc = nft.nft_file(host, tx, check_only=False).returncode
+answered = time.perf_counter() - start
+start = time.perf_counter()
+host.run_later()  # the fold into the carried totals, after the answer
+folded = time.perf_counter() - start
+print(json.dumps({{"rc": rc, "answered": answered, "folded": folded}}))
 """
 
 
@@ -151,9 +159,10 @@ def host_side(members: int) -> dict:
             out["verb_seconds"] = seconds
             out["answer_bytes"] = len(answer)
             out["rows"] = sum(len(rows) for rows in data["sets"].values())
-            # A full replacement as the helper makes it (read + fold, then its loader), and
-            # bare (the loader alone). Both to the loader's answer (the kernel committed), not
-            # to its exit (the kernel freeing the old table: portal_fw/loader.py).
+            # A full replacement as the helper makes it (the counters read while its loader
+            # parses, folded after the answer), and bare (the loader alone). Both to the
+            # loader's answer (the kernel committed), not to its exit (the kernel freeing the
+            # old table: portal_fw/loader.py).
             start = time.perf_counter()
             loader = subprocess.Popen(
                 ["ip", "netns", "exec", "pl-cbt2", sys.executable, "-I", "-S", str(LOADER),
@@ -166,13 +175,20 @@ def host_side(members: int) -> dict:
                 raise RuntimeError(f"the loader failed: {line!r}")
             recount = _write(tmp, "recount.nft", "delete table inet portal_fw\n" + counted)
             _run("nft", "-f", recount, ns="pl-cbt2")
-            start = time.perf_counter()
-            rc = _run(sys.executable, "-I", "-c", CARRY, state, replace_path, ns="pl-cbt2")
-            out["replace_carrying"] = time.perf_counter() - start
-            if rc.strip() != "0":
-                raise RuntimeError(f"replacement through the helper failed: {rc}")
+            done = json.loads(
+                _run(sys.executable, "-I", "-c", CARRY, state, replace_path, ns="pl-cbt2")
+            )
+            if done["rc"] != 0:
+                raise RuntimeError(f"replacement through the helper failed: {done}")
+            out["replace_carrying"] = done["answered"]
+            out["carry_fold"] = done["folded"]
             carried = json.loads(Path(state, "acct.json").read_text())["base"]
             out["carried_keys"] = sum(len(v) for v in carried.values())
+            # The reading as the agent logged it: how long it took (the loader parsing
+            # meanwhile) and how long from its end to the commit (what is not carried).
+            log = Path(state, "log.jsonl").read_text().splitlines()
+            read = [json.loads(line) for line in log if '"traffic-read"' in line][-1]
+            out["carry_read"], out["carry_uncounted"] = read["read_s"], read["uncounted_s"]
     return out
 
 

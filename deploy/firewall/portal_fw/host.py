@@ -12,7 +12,9 @@ a file by rename there costs microseconds (on ext4 a rename over a file flushes 
     nft.journal *       the increments loaded since, appended (nft.current.json: the lengths)
     tc.current *        the tc batch that built the shaping
     upload.nft, transaction.nft *   the text being checked or loaded
-    acct.json           traffic counted by replaced tables (traffic.py)
+    transaction.gated.nft *   a full replacement's, held before its evaluation (nft.py)
+    acct.json           traffic counted by replaced tables (acctstate.py)
+    acct.pending.json   the counters a full replacement read before its commit, not folded yet
     log.jsonl           every apply, confirm, rollback and refusal (rotated at 1 MiB)
     lock                flock: one operation at a time, across agents and the timer
 """

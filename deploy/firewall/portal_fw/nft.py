@@ -15,18 +15,21 @@ of rewriting megabytes; the rollback point links both and records the journal's 
 from __future__ import annotations
 
 import json
+import os
 import select
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import elements, loader
+from .acctstate import carry_counters, settle, settle_now, table_handle, write_pending
 from .common import NFT_TIMEOUT, TOOL_ENV, failed, run
 from .host import Host
 from .netlink import NetlinkError
-from .traffic import carry_counters, read_acct_kernel, read_removed
+from .traffic import read_acct_kernel, read_removed
 
 LOADER = Path(loader.__file__).resolve()
 
@@ -69,17 +72,74 @@ def nft_file(host: Host, tx: str, *, check_only: bool) -> subprocess.CompletedPr
     host.write_file(host.tx_nft, tx)
     if check_only:
         return run(["nft", "-c", "-f", str(host.tx_nft)])
-    replacing = tx.startswith("delete table ")
-    counted = read_acct_kernel(host) if replacing else None
-    result = load_committed(host, host.tx_nft)
-    if counted and result.returncode == 0:
-        # The replaced tables' element counters are gone (the new text starts at zero): keep
-        # what they had counted.
-        carry_counters(host, counted)
+    if tx.startswith("delete table "):
+        return replace_carrying(host)
+    return load_committed(host, host.tx_nft)
+
+
+def replace_carrying(host: Host) -> subprocess.CompletedProcess[str]:
+    """Load transaction.nft, a full replacement, keeping what the accounting counters of the
+    replaced table counted (its elements start at zero): they are read while the loader
+    parses the new text, which waits at a gate until they are written to acct.pending.json;
+    they are folded into the totals after the answer (acctstate: once, whatever dies when).
+
+    The gate: a pipe whose read end the loader includes last (`include "/dev/fd/N"`); nft
+    parses everything before it evaluates and commits, and the read ends (EOF) when the agent
+    closes its end, or dies. What an element counts between its reading and the commit is the
+    only loss: the rest of the reading, the loader's evaluation and the kernel's work, no
+    longer the whole load. A reading that fails kills the loader before the gate: nothing
+    changed."""
+    handle = table_handle(host)
+    settle(host, handle)  # what an earlier replacement left, before its file is reused
+    gate, release = os.pipe()
+    unclosed = {gate, release}
+
+    def close(fd: int) -> None:
+        unclosed.discard(fd)
+        os.close(fd)
+
+    gated = host.tx_nft.with_name("transaction.gated.nft")
+    host.write_file(gated, f'include "{host.tx_nft}"\ninclude "/dev/fd/{gate}"\n')
+    timing = {"started": time.monotonic()}
+
+    def while_parsing() -> None:
+        close(gate)  # the loader has its own
+        keys = 0
+        if handle is not None:
+            counted = read_acct_kernel(host, counted_only=True)
+            if table_handle(host) != handle:  # someone else replaced it: not ours to carry
+                raise failed("the portal table changed while its counters were read")
+            write_pending(host, handle, counted)
+            keys = sum(len(c) for c in counted.values())
+        timing["read"], timing["keys"] = time.monotonic(), keys
+        close(release)
+
+    try:
+        result = load_committed(
+            host, gated, while_parsing=while_parsing, plain=host.tx_nft, pass_fd=gate
+        )
+    finally:
+        for fd in list(unclosed):  # those the reading did not reach (the loader is dead then)
+            close(fd)
+    if "read" in timing:
+        host.log({"event": "traffic-read", "keys": timing["keys"],
+                  "read_s": round(timing["read"] - timing["started"], 3),
+                  "uncounted_s": round(time.monotonic() - timing["read"], 3)})  # fmt: skip
+    if result.returncode == 0:
+        host.later.append(lambda: settle_now(host))  # the fold: after the answer
+    else:
+        settle(host, handle)  # refused: the old table still counts them
     return result
 
 
-def load_committed(host: Host, path: Path) -> subprocess.CompletedProcess[str]:
+def load_committed(
+    host: Host,
+    path: Path,
+    *,
+    while_parsing: Callable[[], None] | None = None,
+    plain: Path | None = None,
+    pass_fd: int | None = None,
+) -> subprocess.CompletedProcess[str]:
     """`nft -f path` by libnftables in a child (loader.py), answered as soon as the kernel
     committed the transaction, not when the child exits: after a full replacement, its exit
     waits for the kernel to free the old tables (about 0.65 s at 100,000 members), which
@@ -88,19 +148,32 @@ def load_committed(host: Host, path: Path) -> subprocess.CompletedProcess[str]:
     The same one transaction as `nft -f` (nft's own library): refused, nothing changed. Falls
     back to `nft -f` when libnftables cannot be loaded; a child that ends without answering
     leaves the state unknown (raises `failed` with unknown=True: the caller restores the
-    point)."""
+    point).
+
+    `while_parsing` runs once the child started (it must open the gate `path` waits at, the
+    pipe `pass_fd` the child inherits); raising, it kills the child first. `plain`: the same
+    transaction without the gate, for the fallback."""
     argv = [sys.executable or "/usr/bin/python3", "-I", "-S", str(LOADER), str(path)]
     started = time.monotonic()
     try:
         proc = subprocess.Popen(  # noqa: S603 - fixed argv, never a shell
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=TOOL_ENV,
+            env=TOOL_ENV, pass_fds=() if pass_fd is None else (pass_fd,),
         )  # fmt: skip
     except OSError as exc:
         raise failed("the nft loader could not be started", str(exc)) from exc
     out, err = proc.stdout, proc.stderr
     if out is None or err is None:  # pragma: no cover - both are pipes above
         raise failed("the nft loader has no pipes")
+    if while_parsing is not None:
+        try:
+            while_parsing()
+        except BaseException:
+            proc.kill()  # still at the gate: nothing committed
+            proc.wait()
+            out.close()
+            err.close()
+            raise
     ready, _, _ = select.select([out], [], [], NFT_TIMEOUT)
     line = out.readline() if ready else b""
     answered = time.monotonic() - started
@@ -114,7 +187,7 @@ def load_committed(host: Host, path: Path) -> subprocess.CompletedProcess[str]:
         err.close()
         if code == loader.NO_LIBRARY:
             host.log({"event": "nft-loader-fallback", "detail": stderr.strip()[-300:]})
-            return run(["nft", "-f", str(path)])
+            return run(["nft", "-f", str(plain or path)])
         raise failed("the nft loader ended without an answer" + ("" if ready else " (timed out)"),
                      f"exit {code}: {stderr.strip()[-2000:]}", artefact="nft",
                      unknown=True)  # fmt: skip

@@ -10,12 +10,13 @@ from __future__ import annotations
 import errno
 import json
 import re
-import secrets
 import socket
 import time
-from pathlib import Path
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .acctstate import read_acct_state, settle_now
 from .common import JSON, now_iso, run
 from .host import Host
 from .netlink import (
@@ -50,6 +51,8 @@ from .netlink import (
 from .parts import RawTable, netlink_sets
 
 ACCT_SETS = ("acct4_in", "acct4_out", "acct6n_in", "acct6n_out", "acct6_in", "acct6_out")
+ZERO64 = bytes(8)
+READ_THREADS = 2  # the two largest sets (acct4_in, acct4_out) at once
 ACCT_PRUNE_AFTER = 3600  # keys gone from the rule set leave the carried totals after this
 
 
@@ -115,9 +118,10 @@ def _first_layout(elements: bytes, end: int) -> tuple[tuple[int, int], int, int]
     return key, octets[0], packets[0]
 
 
-def acct_elements(elements: bytes) -> dict[str, list[int]]:
+def acct_elements(elements: bytes, *, counted_only: bool = False) -> dict[str, list[int]]:
     """{address: [packets, bytes]} of one NFTA_SET_ELEM_LIST_ELEMENTS payload of an accounting
-    set (key and counter of each element).
+    set (key and counter of each element); `counted_only`: without the elements that counted
+    nothing (what a carry reads: most keys of a site count nothing between two replacements).
 
     Fast path, as in `element_payloads`: when every element has the layout of the first (every
     byte but the key and the counter values equal at the same offset, checked with strided
@@ -140,12 +144,15 @@ def acct_elements(elements: bytes) -> dict[str, list[int]]:
         ):
             family = socket.AF_INET if k1 - k0 == 4 else socket.AF_INET6
             ntop, from_bytes = socket.inet_ntop, int.from_bytes
+            starts: Iterable[int] = range(0, size, stride)
+            if counted_only:  # bytes 0: the element counted nothing (compared in C)
+                starts = [i for i in starts if elements[i + b0 : i + b0 + 8] != ZERO64]
             return {
                 ntop(family, elements[i + k0 : i + k1]): [
                     from_bytes(elements[i + p0 : i + p0 + 8], "big"),
                     from_bytes(elements[i + b0 : i + b0 + 8], "big"),
                 ]
-                for i in range(0, size, stride)
+                for i in starts
             }
     out: dict[str, list[int]] = {}
     for _, element in nla_list(elements):
@@ -156,26 +163,44 @@ def acct_elements(elements: bytes) -> dict[str, list[int]]:
         counted = _counter_values(exprs) or (
             _counter_values(nla_encode([(NFTA_LIST_ELEM, single)])) if single else None
         )
-        if raw and len(raw) in (4, 16):
+        if raw and len(raw) in (4, 16) and ((counted and counted[1]) or not counted_only):
             out[_key_text(raw)] = list(counted or (0, 0))
     return out
 
 
-def read_acct_netlink(host: Host) -> dict[str, dict[str, list[int]]]:
+def read_acct_netlink(host: Host, *, counted_only: bool = False) -> dict[str, dict[str, list[int]]]:
+    """The accounting sets, READ_THREADS at a time (a socket each): the kernel's dump of a set
+    costs more than linear time (each message walks the set past what the earlier ones held),
+    and that time is spent in the reading thread's recv, without the GIL."""
+    table = f"{host.prefix}fw"
+
+    def one(name: str) -> dict[str, dict[str, list[int]]]:
+        with NftNetlink() as nl:
+            return read_counted_netlink(nl, table, (name,), counted_only=counted_only)
+
     with NftNetlink() as nl:
-        return read_counted_netlink(nl, f"{host.prefix}fw", ACCT_SETS)
-
-
-def read_counted_netlink(
-    nl: NftNetlink, table: str, names: tuple[str, ...]
-) -> dict[str, dict[str, list[int]]]:
-    """{set: {address: [packets, bytes]}} of counted address sets of `inet table` (sets the
-    table lacks are left out)."""
+        present = _set_names(nl, table)
     out: dict[str, dict[str, list[int]]] = {}
-    present = {
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        for part in pool.map(one, [name for name in ACCT_SETS if name in present]):
+            out.update(part)
+    return out
+
+
+def _set_names(nl: NftNetlink, table: str) -> set[str | None]:
+    return {
         nla_text(dict(attrs).get(NFTA_SET_NAME))
         for attrs in netlink_sets(nl, RawTable(NFPROTO["inet"], table, []))
     }
+
+
+def read_counted_netlink(
+    nl: NftNetlink, table: str, names: tuple[str, ...], *, counted_only: bool = False
+) -> dict[str, dict[str, list[int]]]:
+    """{set: {address: [packets, bytes]}} of counted address sets of `inet table` (sets the
+    table lacks are left out); `counted_only`: see acct_elements."""
+    out: dict[str, dict[str, list[int]]] = {}
+    present = _set_names(nl, table)
     for name in names:
         if name not in present:
             continue
@@ -184,7 +209,7 @@ def read_counted_netlink(
         for _family, payload in nl.request(NFT_MSG_GETSETELEM, NFPROTO["inet"], request):
             elements = nla_first(payload, NFTA_SET_ELEM_LIST_ELEMENTS)
             if elements is not None:
-                counters.update(acct_elements(elements))
+                counters.update(acct_elements(elements, counted_only=counted_only))
         out[name] = counters
     return out
 
@@ -273,67 +298,40 @@ def counted_elements(host: Host, name: str, timeout: float) -> dict[str, tuple[i
     return counted
 
 
-def read_acct_json(host: Host) -> dict[str, dict[str, list[int]]]:
+def read_acct_json(host: Host, *, counted_only: bool = False) -> dict[str, dict[str, list[int]]]:
     out: dict[str, dict[str, list[int]]] = {}
     for name in ACCT_SETS:
         counted = counted_elements(host, name, timeout=120)
         if counted is not None:
-            out[name] = {key: [packets, octets] for key, (packets, octets) in counted.items()}
+            out[name] = {
+                key: [packets, octets]
+                for key, (packets, octets) in counted.items()
+                if octets or not counted_only
+            }
     return out
 
 
-def read_acct_kernel(host: Host) -> dict[str, dict[str, list[int]]]:
+def read_acct_kernel(host: Host, *, counted_only: bool = False) -> dict[str, dict[str, list[int]]]:
     """{set: {key: [packets, bytes]}} of the accounting sets as the kernel counts them now
-    (every element, zero or not); sets the loaded rule set lacks are left out. Netlink (about
-    10x faster than `nft -j` at 100,000 members), `nft -j` when netlink fails or is switched off
-    (--digest-source nft)."""
+    (every element, zero or not; `counted_only`: the non-zero ones); sets the loaded rule set
+    lacks are left out. Netlink (about 10x faster than `nft -j` at 100,000 members), `nft -j`
+    when netlink fails or is switched off (--digest-source nft)."""
     if host.digest_source != "nft":
         for _ in range(3):
             try:
-                return read_acct_netlink(host)
+                return read_acct_netlink(host, counted_only=counted_only)
             except DumpInterrupted:
                 continue
             except (NetlinkError, OSError):
                 break
-    return read_acct_json(host)
-
-
-def boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
-
-
-def read_acct_state(host: Host) -> JSON:
-    """The carried totals: {"epoch", "boot", "folded_at", "base": {set: {key: [p, b]}}}. A new
-    epoch after a reboot (the kernel's counters restarted) or a lost file: the portal then
-    takes the totals as new."""
-    state = host.read_json(host.acct_file)
-    if not state or state.get("boot") != boot_id() or not isinstance(state.get("base"), dict):
-        state = {"epoch": secrets.token_hex(8), "boot": boot_id(), "folded_at": 0, "base": {}}
-        host.write_json(host.acct_file, state, compact=True)
-    return state
-
-
-def carry_counters(host: Host, counted: dict[str, dict[str, list[int]]]) -> None:
-    state = read_acct_state(host)
-    base = state["base"]
-    for name, counters in counted.items():
-        carried = base.setdefault(name, {})
-        for key, (packets, octets) in counters.items():
-            if packets or octets:
-                before = carried.get(key, [0, 0])
-                carried[key] = [before[0] + packets, before[1] + octets]
-    state["folded_at"] = int(time.time())
-    host.write_json(host.acct_file, state, compact=True)
-    host.log({"event": "traffic-carried", "keys": sum(len(c) for c in counted.values())})
+    return read_acct_json(host, counted_only=counted_only)
 
 
 def traffic(host: Host, args: JSON) -> JSON:
     """Totals per accounting key since the epoch (carried + kernel), non-zero ones only, as
     [key, packets, bytes] rows per set."""
     with host.locked():
+        settle_now(host)  # what a full replacement read before its commit, once
         state = read_acct_state(host)
         kernel = read_acct_kernel(host)
         base = state["base"]

@@ -1053,6 +1053,90 @@ def test_a_refused_rule_set_takes_back_the_classes_made_before_it(host: Host):
 # ---- a removed key's counters are carried ------------------------------------------------
 
 
+def acct_rules(*keys: str, extra_rule: str = "", filler: int = 0) -> str:
+    """A counted set acct4_in (what goes out to its keys), and `filler` elements in a plain set
+    (a text that takes the loader a while)."""
+    plain = ", ".join(f"10.{200 + i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(filler))
+    return (
+        "table inet portal_fw {\n"
+        "\tset acct4_in {\n\t\ttype ipv4_addr\n\t\tcounter\n"
+        "\t\telements = { "
+        + ", ".join(keys)
+        + " }\n\t}\n"
+        + (f"\tset filler {{ type ipv4_addr; elements = {{ {plain} }} }}\n" if filler else "")
+        + "\tchain output {\n\t\ttype filter hook output priority 0; policy accept;\n"
+        "\t\tip daddr @acct4_in\n"
+        f"\t\t{extra_rule}\n"
+        "\t}\n"
+        "}\n"
+    )
+
+
+def test_a_full_replacement_keeps_the_traffic_totals_through_a_refusal_and_a_killed_agent(
+    host: Host,
+):
+    """Issue 26: a full replacement starts every element counter at zero; the agent reads them
+    while its loader parses the new text and carries them once the old table is gone. What a
+    key counted before a replacement stays in the `traffic` verb's totals, exactly once: after
+    a replacement the kernel refuses, after a good one, and after an agent killed between its
+    reading and its commit (the loader commits without it), then a rollback."""
+    keys = ("10.99.0.2", "10.99.0.3")
+    assert host.bundle(nft=nft("replace", acct_rules(*keys))).rc == 0
+    assert host.fw("confirm").rc == 0
+    pending = host.state / "acct.pending.json"
+
+    def counted() -> dict:
+        rows = host.fw("traffic").data["sets"].get("acct4_in", [])
+        return {key: (packets, octets) for key, packets, octets in rows}
+
+    def ping(count: int) -> None:
+        host.ns_run("ping", "-c", str(count), "-i", "0.2", "-s", "1000", "-q", "10.99.0.2")
+
+    ping(3)
+    before = counted()
+    assert before["10.99.0.2"] == (3, 3 * 1028)
+
+    refused = host.bundle(nft=nft("replace", acct_rules(*keys, extra_rule="ip daddr @no drop")))
+    assert refused.rc != 0, refused  # refused by the kernel's load itself (no separate check)
+    assert counted() == before
+    assert not pending.exists()
+
+    ping(2)
+    assert host.bundle(nft=nft("replace", acct_rules(*keys, "10.99.0.4"))).rc == 0
+    assert host.fw("confirm").rc == 0
+    assert "10.99.0.4" in host.nft_text()  # replaced: the kernel's counters started at zero
+    assert counted() == {"10.99.0.2": (5, 5 * 1028)}
+    assert counted() == {"10.99.0.2": (5, 5 * 1028)}  # read again: nothing added twice
+    assert not pending.exists()
+
+    # The agent dies after its reading, before the commit: its loader commits anyway (the
+    # gate it waits at opens when the agent's end of it closes).
+    ping(1)
+    agent = subprocess.Popen(
+        ["ip", "netns", "exec", host.ns, "/usr/bin/python3", "-I", "-S", str(HELPER),
+         "--state-dir", str(host.state), "--artefacts", str(host.artefacts), "apply-bundle",
+         "--confirm-within", "60"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    agent.stdin.write(bundle(nft=nft("replace", acct_rules(*keys, "10.99.0.5", filler=60000))))
+    agent.stdin.close()
+    deadline = time.monotonic() + 30
+    while not pending.exists() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    agent.kill()  # `ip netns exec` ran the agent in its own process
+    agent.wait(timeout=10)
+    assert pending.exists()  # killed before its work after the answer folded it
+    assert wait_for(lambda: "10.99.0.5" in host.ns_run("nft", "list", "set", "inet",
+                                                       "portal_fw", "acct4_in").stdout, 30)  # fmt: skip
+    assert counted() == {"10.99.0.2": (6, 6 * 1028)}
+    assert not pending.exists()
+    assert counted() == {"10.99.0.2": (6, 6 * 1028)}
+    assert host.fw("rollback").rc == 0  # back to the confirmed text: one more replacement
+    assert "10.99.0.5" not in host.nft_text()
+    ping(1)
+    assert counted() == {"10.99.0.2": (7, 7 * 1028)}
+
+
 def test_an_increment_that_removes_a_counted_key_carries_its_counters(host: Host):
     """Issue 26: a device removed between two traffic readings took what its element had
     counted since the last one along with the element. The agent now reads the counters of

@@ -34,7 +34,9 @@ def in_ns(ns: str):
 def test_netlink_and_json_readers_agree_on_every_key(scratch_ns: str, tmp_path: Path) -> None:
     rng = random.Random(7)  # noqa: S311 - test data
     v4 = {
-        f"10.100.{i // 250}.{i % 250 + 1}": (rng.randrange(10**9), rng.randrange(10**12))
+        f"10.100.{i // 250}.{i % 250 + 1}": (
+            (0, 0) if i % 5 == 0 else (rng.randrange(10**9), rng.randrange(10**12))
+        )
         for i in range(3000)
     }
     v6 = {
@@ -66,6 +68,8 @@ def test_netlink_and_json_readers_agree_on_every_key(scratch_ns: str, tmp_path: 
     try:
         by_netlink = traffic.read_acct_netlink(host)
         by_json = traffic.read_acct_json(host)
+        counted_netlink = traffic.read_acct_netlink(host, counted_only=True)
+        counted_json = traffic.read_acct_json(host, counted_only=True)
     finally:
         libc.setns(here, 0)
         os.close(here)
@@ -76,6 +80,8 @@ def test_netlink_and_json_readers_agree_on_every_key(scratch_ns: str, tmp_path: 
     }
     assert by_netlink == expected
     assert by_json == expected
+    nonzero = {n: {k: v for k, v in c.items() if v[1]} for n, c in expected.items()}
+    assert counted_netlink == counted_json == nonzero
 
 
 def test_the_walk_reads_elements_of_mixed_layout() -> None:
@@ -98,3 +104,14 @@ def test_the_walk_reads_elements_of_mixed_layout() -> None:
         bytes([10, 0, 0, 3]), 7, 700, extra=netlink.nla(3, (0).to_bytes(4, "big"))
     )
     assert traffic.acct_elements(mixed) == {"10.0.0.1": [5, 500], "10.0.0.3": [7, 700]}
+    # What a carry reads: the elements that counted something, by either path.
+    zero = element(bytes([10, 0, 0, 4]), 0, 0)
+    assert traffic.acct_elements(same + zero, counted_only=True) == {
+        "10.0.0.1": [5, 500],
+        "10.0.0.2": [6, 600],
+    }
+    assert traffic.acct_elements(mixed + zero, counted_only=True) == {
+        "10.0.0.1": [5, 500],
+        "10.0.0.3": [7, 700],
+    }
+    assert traffic.acct_elements(zero + mixed)["10.0.0.4"] == [0, 0]

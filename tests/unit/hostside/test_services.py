@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from portal_fw import health, kea, ra, traffic
+from portal_fw import acctstate, health, kea, ra, traffic
 from portal_fw.bundle import load_artefacts
 from portal_fw.common import HelperError
 from portal_fw.host import Host
@@ -25,9 +25,10 @@ from portal_fw.host import Host
 
 def test_counters_of_replaced_tables_are_carried_into_the_totals(tmp_path, monkeypatch):
     host = Host(tmp_path, "t")
-    traffic.carry_counters(host, {"acct4_in": {"10.0.0.1": [2, 200], "10.0.0.2": [0, 0]}})
-    traffic.carry_counters(host, {"acct4_in": {"10.0.0.1": [1, 100]}})
+    acctstate.carry_counters(host, {"acct4_in": {"10.0.0.1": [2, 200], "10.0.0.2": [0, 0]}})
+    acctstate.carry_counters(host, {"acct4_in": {"10.0.0.1": [1, 100]}})
     monkeypatch.setattr(traffic, "read_acct_kernel", lambda h: {"acct4_in": {"10.0.0.1": [5, 5]}})
+    monkeypatch.setattr(acctstate, "table_handle", lambda h: 7)
     answer = traffic.traffic(host, {})
     assert answer["sets"]["acct4_in"] == [["10.0.0.1", 8, 305]]  # zero keys left out
     epoch = answer["epoch"]
@@ -36,6 +37,38 @@ def test_counters_of_replaced_tables_are_carried_into_the_totals(tmp_path, monke
     state["boot"] = "another boot"  # the kernel's counters restarted: a new epoch
     host.write_json(host.acct_file, state)
     assert traffic.traffic(host, {})["epoch"] != epoch
+
+
+def test_counters_read_before_a_replacement_are_carried_once_whatever_dies_when(tmp_path):
+    """acct.pending.json (what a full replacement read before its commit) against the table
+    that runs: folded once when its table is gone, dropped when it still runs (the load was
+    refused or never committed), and not folded again after a death between the fold and the
+    removal of the pending file."""
+    host = Host(tmp_path, "t")
+    acctstate.carry_counters(host, {"acct4_in": {"10.0.0.1": [1, 100]}})
+    base = lambda: host.read_json(host.acct_file)["base"]["acct4_in"]  # noqa: E731
+    pending = acctstate.pending_file(host)
+
+    acctstate.write_pending(host, 5, {"acct4_in": {"10.0.0.1": [2, 200]}})
+    acctstate.settle(host, 5)  # table 5 still runs: the kernel still counts them
+    assert not pending.exists()
+    assert base() == {"10.0.0.1": [1, 100]}
+
+    acctstate.write_pending(host, 5, {"acct4_in": {"10.0.0.1": [2, 200], "10.0.0.2": [1, 1]}})
+    kept = pending.read_text()
+    acctstate.settle(host, 6)  # replaced by table 6: carried
+    assert base() == {"10.0.0.1": [3, 300], "10.0.0.2": [1, 1]}
+    pending.write_text(kept)  # died after writing the base, before removing the pending file
+    acctstate.settle(host, 6)
+    acctstate.settle(host, None)
+    assert base() == {"10.0.0.1": [3, 300], "10.0.0.2": [1, 1]}
+    assert not pending.exists()
+
+    acctstate.write_pending(host, 6, {"acct4_in": {"10.0.0.1": [1, 1]}})
+    state = json.loads(pending.read_text())
+    pending.write_text(json.dumps({**state, "boot": "another boot"}))  # the host rebooted
+    acctstate.settle(host, 7)
+    assert base() == {"10.0.0.1": [3, 300], "10.0.0.2": [1, 1]}
 
 
 def test_a_health_sample_without_a_pause(tmp_path):
