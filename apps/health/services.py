@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -281,6 +282,26 @@ def vrrp_roles(sample: HostHealthSample | None) -> dict[str, str]:
     }
 
 
+TRANSITION_STUCK_AFTER = 60  # seconds; a transition's steps take seconds (docs/ha.md)
+
+
+def transition_stuck_for(ha: dict, at: dt.datetime) -> int | None:
+    """Seconds the notify hook has been running since the newest transition, when that is longer
+    than TRANSITION_STUCK_AFTER; None otherwise."""
+    if not ha.get("transition_running"):
+        return None
+    since = []
+    for state in (ha.get("instances") or {}).values():
+        try:
+            since.append(dt.datetime.fromisoformat(str(state.get("since"))))
+        except (TypeError, ValueError):
+            continue
+    if not since:
+        return None
+    seconds = int((at - max(since)).total_seconds())
+    return seconds if seconds > TRANSITION_STUCK_AFTER else None
+
+
 def ha_warnings(*, host: FirewallHost, sample: HostHealthSample) -> list[HealthWarning]:
     """One host's part of the pair: its daemons and its sync statistics."""
     ha = sample.ha or {}
@@ -307,6 +328,18 @@ def ha_warnings(*, host: FirewallHost, sample: HostHealthSample) -> list[HealthW
                     "conntrackd is not running: a failover to or from this host drops every "
                     "connection."
                 ),
+            )
+        )
+    stuck = transition_stuck_for(ha, sample.at)
+    if stuck is not None:
+        found.append(
+            HealthWarning(
+                "transition-stuck",
+                _(
+                    "The failover hook has been driving conntrackd for %(seconds)s s after the "
+                    "last transition (it takes seconds): its log is in the pair's run directory."
+                )
+                % {"seconds": stuck},
             )
         )
     stats = conntrackd.get("stats") or {}
@@ -378,6 +411,10 @@ def pair_warnings(
                     % {"family": label},
                 )
             )
+    if any(samples[h.pk].ha.get("transition_running") for h in pair):
+        # A host's notify hook is still committing, flushing and refilling its caches: the
+        # counts of that moment are not a divergence (the next sample decides).
+        return found
     stats = [((samples[h.pk].ha.get("conntrackd") or {}).get("stats") or {}) for h in pair]
     for mine, peer, host, my_roles in (
         (stats[0], stats[1], pair[1], roles[0]),

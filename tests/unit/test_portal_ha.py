@@ -99,3 +99,55 @@ def test_status_reports_the_operators_priority_files(monkeypatch, tmp_path):
     assert pair.status(tmp_path / "c.conf", tmp_path)["operator_priority"] == {"ipv4": -254}
     (tmp_path / "priority-ipv6").write_text("garbage")
     assert pair.status(tmp_path / "c.conf", tmp_path)["operator_priority"] == {"ipv4": -254}
+
+
+def test_status_says_when_the_notify_hook_is_mid_transition(monkeypatch, tmp_path):
+    """The hook holds notify.lock while it drives conntrackd; the portal then holds its verdict
+    on the two hosts' counts (apps/health/services.py pair_warnings)."""
+    import fcntl
+
+    monkeypatch.setattr(pair, "keepalived_running", lambda: True)
+    assert pair.status(tmp_path / "c.conf", tmp_path)["transition_running"] is False
+    with open(tmp_path / "notify.lock", "w") as lock:
+        assert pair.status(tmp_path / "c.conf", tmp_path)["transition_running"] is False
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert pair.status(tmp_path / "c.conf", tmp_path)["transition_running"] is True
+    assert pair.status(tmp_path / "c.conf", tmp_path)["transition_running"] is False
+
+
+def test_the_second_resync_waits_until_the_kernel_has_redelivered_every_destroy_event(
+    monkeypatch, tmp_path
+):
+    """After a commit the kernel re-sends the destroy events conntrackd had no room for (its
+    list `conntrack -L dying`); the quiet of conntrackd's counter alone is no proof: here it
+    stands still while three connections still wait, for longer than the quiet needed."""
+    from portal_fw import ha
+
+    waiting = iter([3, 3, 3, 3, 3, 3, 3, 3, 1, 0])
+    seen = []
+
+    def fake_run(argv, timeout=60):
+        assert argv[:3] == ["conntrack", "-L", "dying"]
+        if argv[-1] == "ipv6":
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        n = next(waiting, 0)
+        seen.append(n)
+        lines = "".join(f"tcp 6 ESTABLISHED src=10.0.0.{i}\n" for i in range(n))
+        return subprocess.CompletedProcess(argv, 0, lines, "")
+
+    monkeypatch.setattr(ha, "run", fake_run)
+    monkeypatch.setattr(ha, "events_received", lambda conf: 40)
+    monkeypatch.setattr(ha, "SETTLE_QUIET", 0.3)
+    waited, events, most = ha.events_settle(tmp_path / "c.conf")
+    assert most == 3
+    assert seen[:10] == [3, 3, 3, 3, 3, 3, 3, 3, 1, 0]  # it did not stop while any waited
+    assert waited >= 0.3 + 0.1 * 9
+    assert events == 0
+
+    # A kernel or tool that cannot list them: only the counter's quiet (1.2 s) counts.
+    monkeypatch.setattr(
+        ha, "run", lambda argv, timeout=60: subprocess.CompletedProcess(argv, 1, "", "no")
+    )
+    waited, _events, most = ha.events_settle(tmp_path / "c.conf")
+    assert most is None
+    assert 1.2 <= waited < 3

@@ -83,9 +83,13 @@ def log(run_dir: Path, message: str) -> None:
         fh.write(f"{now_iso()} {message}\n")
 
 
-# The kernel re-sends a destroy event it could not deliver one second later (HZ, sooner when
-# another destroy event goes through): "quiet" has to outlast that.
-SETTLE_QUIET, SETTLE_MAX = 1.2, 4.0  # seconds
+# After a commit, the destroy events of the connections it replaced must all have reached
+# conntrackd before the internal cache is read again (-R): one that arrives later drops a live
+# connection from it. The kernel keeps a connection whose destroy event no listener had room for
+# on its redelivery list (`conntrack -L dying`) and re-sends it later (after ~1 s, later still on
+# a busy host); once that list is empty, what remains is conntrackd reading its socket: its event
+# counter standing still for SETTLE_QUIET. At most SETTLE_MAX in all (a busy host is never quiet).
+SETTLE_QUIET, SETTLE_MAX = 0.5, 15.0  # seconds
 
 
 def events_received(conf: Path) -> int | None:
@@ -93,20 +97,41 @@ def events_received(conf: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def events_settle(conf: Path) -> tuple[float, int]:
-    """Wait until conntrackd has received no kernel event for SETTLE_QUIET seconds (at most
-    SETTLE_MAX: a busy host never is quiet). Returns the seconds waited and the events seen."""
+def awaiting_redelivery() -> int | None:
+    """Connections the kernel destroyed whose destroy event it still has to deliver (its
+    redelivery list); None when the kernel or the tool cannot list them."""
+    waiting = 0
+    for family in ("ipv4", "ipv6"):
+        result = run(["conntrack", "-L", "dying", "-f", family])
+        if result.returncode != 0:
+            return None
+        waiting += sum(1 for line in result.stdout.splitlines() if line.strip())
+    return waiting
+
+
+def events_settle(conf: Path) -> tuple[float, int, int | None]:
+    """Wait until the kernel has delivered every destroy event (its redelivery list is empty)
+    and conntrackd has received no event for SETTLE_QUIET seconds, at most SETTLE_MAX.
+    Returns the seconds waited, the events received meanwhile and the most connections seen
+    waiting for redelivery (None: the kernel cannot list them; then only the quiet counts,
+    for at least 1.2 s: the kernel's first redelivery comes about a second after the loss)."""
     started = time.monotonic()
     first = last = events_received(conf)
     quiet_since = started
+    most_waiting: int | None = None
     while time.monotonic() - started < SETTLE_MAX:
+        waiting = awaiting_redelivery()
+        if waiting is not None:
+            most_waiting = max(most_waiting or 0, waiting)
         time.sleep(0.1)
         now = events_received(conf)
-        if now != last:
+        if now != last or waiting:
             last, quiet_since = now, time.monotonic()
-        elif time.monotonic() - quiet_since >= SETTLE_QUIET:
+            continue
+        quiet = time.monotonic() - quiet_since
+        if quiet >= (SETTLE_QUIET if waiting is not None else 1.2):
             break
-    return time.monotonic() - started, (last or 0) - (first or 0)
+    return time.monotonic() - started, (last or 0) - (first or 0), most_waiting
 
 
 # ------------------------------------------------------------------------------------- notify
@@ -152,11 +177,12 @@ def verb_notify(argv: list[str]) -> int:
             steps = [("-t",)]
         for step in steps:
             if step == ("settle",):
-                waited, events = events_settle(conf)
+                waited, events, waiting = events_settle(conf)
                 held = re.search(STAT_RE["internal_active"], conntrackd(conf, "-s").stdout)
                 log(
                     run_dir,
-                    f"kernel events quiet after {waited:.2f} s ({events} received); internal "
+                    f"kernel events settled after {waited:.2f} s ({events} received, at most "
+                    f"{'?' if waiting is None else waiting} awaiting redelivery); internal "
                     f"cache holds {held.group(1) if held else '?'} before the resync",
                 )
                 continue

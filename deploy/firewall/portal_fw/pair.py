@@ -8,6 +8,7 @@ reading the state files its notify verb writes. This module imports nothing of h
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -78,6 +79,23 @@ def keepalived_running() -> bool:
     return False
 
 
+def transition_running(run_dir: Path) -> bool:
+    """Whether keepalived's notify hook is driving conntrackd through a transition now (it
+    holds notify.lock for its steps: commit, flush, resync, bulk send, the events settling).
+    Meanwhile the two hosts' caches are being refilled and their counts say nothing yet."""
+    try:
+        handle = open(run_dir / "notify.lock")  # noqa: SIM115 - closed below
+    except OSError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
 def operator_priorities(run_dir: Path) -> dict[str, int]:
     """{"ipv4": -254, ...}: the priority files (keepalived's track_file, beside the state files)
     an operator set to anything but 0; -254 puts that instance into FAULT (a priority failover),
@@ -105,6 +123,7 @@ def status(conf: Path, run_dir: Path) -> JSON:
         "keepalived": {"running": alive},
         "conntrackd": {"running": running},
         "operator_priority": operator_priorities(run_dir),
+        "transition_running": transition_running(run_dir),
     }
     if running:
         values = {}

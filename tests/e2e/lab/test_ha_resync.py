@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import test_ha_failover
 from flows import Traffic
-from lab_support import LAB_VAR, lab_sh, run
+from lab_support import LAB_VAR, lab_sh, run, wait_for
 
 from apps.firewall.models import FirewallHost
 from apps.health.selectors import firewall_host_states
@@ -116,6 +116,14 @@ class Timeline:
             if None not in healed.values() or time.monotonic() - started > HEAL_WITHIN + 10:
                 break
             time.sleep(0.2)
+        # The hooks' last steps (the commit's late destroy events settling, the second resync)
+        # may still run: the page holds its verdict on the counts until they are done (a sample
+        # taken meanwhile gives no "holds N of M"); the test reads the page once they are.
+        settled = wait_for(
+            lambda: not any(ha_status(h).get("transition_running") for h in HOSTS), 30, 0.1
+        )
+        assert settled, f"{step}: a notify hook still runs 30 s after the transition"
+        settled_after = round(time.monotonic() - started, 2)
         for host in FirewallHost.objects.order_by("name"):
             host_health_collect(host=host)  # what the Firewalls page shows after this step
         entry = {
@@ -131,6 +139,7 @@ class Timeline:
             "at": round(started - self.t0, 2),
             "roles": roles,
             "healed_after_s": healed,
+            "hooks_done_after_s": settled_after,
             "still_missing": lacking,
             "stats": {h: ha_status(h)["conntrackd"].get("stats", {}) for h in HOSTS},
             "flows_by_port": {

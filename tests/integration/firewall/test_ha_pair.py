@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import translation
 
 from apps.firewall.models import FirewallHost, Site
 from apps.firewall.snapshot import firewall_snapshot_build
@@ -94,14 +97,22 @@ def test_a_sync_link_needs_its_address_and_must_not_be_a_data_interface():
     assert set(info.value.message_dict) >= {"sync_interface", "sync_address4"}
 
 
-def ha_sample(host, ipv4, ipv6, *, conntrackd=True, lost=0, internal=10, external=12):
+def ha_sample(
+    host, ipv4, ipv6, *, conntrackd=True, lost=0, internal=10, external=12, transition=None
+):
+    """A health sample of HOST; TRANSITION: seconds since the notify hook began a transition
+    that it is still driving (None: none runs)."""
+    from django.utils import timezone
+
     from apps.health.models import HostHealthSample
 
+    since = "x" if transition is None else (timezone.now() - timedelta(seconds=transition))
     return HostHealthSample.objects.create(
         host=host,
         reachable=True,
         ha={
-            "instances": {"ipv4": {"state": ipv4, "since": "x"}, "ipv6": {"state": ipv6}},
+            "transition_running": transition is not None,
+            "instances": {"ipv4": {"state": ipv4, "since": str(since)}, "ipv6": {"state": ipv6}},
             "keepalived": {"running": True},
             "conntrackd": {
                 "running": conntrackd,
@@ -171,6 +182,37 @@ def test_a_host_lacking_the_states_its_peer_carries_is_a_warning_a_host_without_
     ha_sample(fw1, "MASTER", "BACKUP", internal=1000, external=1000)
     ha_sample(fw2, "BACKUP", "MASTER", internal=1000, external=1000)
     assert diverging() == []
+
+
+def test_counts_taken_while_a_transition_refills_the_caches_are_no_divergence_a_hook_stuck_is():
+    """Seen in the lab (test_ha_resync.py): a health sample taken while pl-nat1's notify hook
+    waited for the commit's late destroy events showed "pl-nat2 holds 2011 of its peer's 1498
+    connection states"; a second later the hook's resync had refilled the cache to 2057."""
+    from apps.health.selectors import firewall_host_states
+
+    def codes(host):
+        return {w.code for s in firewall_host_states() if s.host.pk == host.pk for w in s.warnings}
+
+    _site, fw1, fw2 = paired_site()
+    ha_sample(fw1, "MASTER", "BACKUP", internal=1498, external=2057, transition=2)
+    ha_sample(fw2, "BACKUP", "MASTER", internal=2057, external=2011)
+    assert "sync-diverges" not in codes(fw2)
+    assert "transition-stuck" not in codes(fw1)
+
+    ha_sample(fw1, "MASTER", "BACKUP", internal=1498, external=2057)  # the hook is done
+    assert "sync-diverges" in codes(fw2)
+
+    ha_sample(fw1, "MASTER", "BACKUP", internal=1498, external=2057, transition=95)
+    [stuck] = [w for s in firewall_host_states() if s.host.pk == fw1.pk for w in s.warnings
+               if w.code == "transition-stuck"]  # fmt: skip
+    assert "for 95 s" in str(stuck.message)
+    with translation.override("de"):
+        german = [str(w.message) for s in firewall_host_states() if s.host.pk == fw1.pk
+                  for w in s.warnings if w.code == "transition-stuck"]  # fmt: skip
+    assert german == [
+        "Der Failover-Hook steuert conntrackd seit 95 s nach dem letzten Wechsel (das dauert "
+        "sonst Sekunden): sein Protokoll liegt im Laufzeitverzeichnis des Paares."
+    ]
 
 
 def test_resync_is_for_admins_and_says_why_it_failed(client_for):
