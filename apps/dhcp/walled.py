@@ -7,11 +7,15 @@ import ipaddress
 import time
 from collections.abc import Callable
 
+import structlog
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
 from apps.core.clientip import client_address
 from apps.dhcp.models import RegistrationRange
+
+log = structlog.get_logger(__name__)
 
 # Where an unregistered device may go besides the page itself: signing in and out, signing
 # up, the language switch, static files.
@@ -29,16 +33,22 @@ _cache: tuple[float, tuple[ipaddress.IPv4Network, ...]] = (0.0, ())
 
 
 def registration_networks() -> tuple[ipaddress.IPv4Network, ...]:
-    """The enabled registration ranges (read at most every 10 s per process)."""
+    """The enabled registration ranges (read at most every 10 s per process). While the
+    database does not answer, the ranges last read: this runs before every page, the public
+    status page too, which must still be served then (its last known state)."""
     global _cache
     now = time.monotonic()
     if now - _cache[0] > _CACHE_SECONDS:
-        nets = tuple(
-            ipaddress.IPv4Network(n)
-            for n in RegistrationRange.objects.filter(enabled=True).values_list(
-                "network", flat=True
+        try:
+            nets = tuple(
+                ipaddress.IPv4Network(n)
+                for n in RegistrationRange.objects.filter(enabled=True).values_list(
+                    "network", flat=True
+                )
             )
-        )
+        except DatabaseError as exc:
+            log.warning("walled_garden.ranges_unread", error=str(exc))
+            nets = _cache[1]
         _cache = (now, nets)
     return _cache[1]
 
