@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -126,6 +127,13 @@ def status_cache_clean():
 # fixtures (network namespaces, nft/tc in them).
 ROOT_FIXTURES = {"lab", "lab_tools", "scratch_ns"}
 SKIPPED_LINE = Path(__file__).resolve().parents[1] / "test-artifacts" / "skipped.txt"
+# `make test` runs in two phases (deploy/dev/test.sh): the second adds its skipped tests to the
+# first one's counts, kept here, and writes the one line for both.
+SKIPPED_COUNTS = SKIPPED_LINE.with_name("skipped.json")
+
+
+def _second_phase() -> bool:
+    return os.environ.get("PORTAL_TEST_PHASE") == "2"
 
 
 def _needs_root(item: pytest.Item) -> bool:
@@ -136,7 +144,9 @@ def _needs_root(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselected what does not run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    SKIPPED_LINE.unlink(missing_ok=True)
+    if not _second_phase():
+        SKIPPED_LINE.unlink(missing_ok=True)
+        SKIPPED_COUNTS.unlink(missing_ok=True)
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="needs root for network namespaces")
@@ -148,13 +158,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """Leave one closing line naming every skipped test's reason and where, for
     deploy/dev/test.sh to print after pytest's own summary."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the controller reports for every worker
     by_reason: dict[str, Counter[str]] = {}
+    if _second_phase() and SKIPPED_COUNTS.exists():
+        for reason, where in json.loads(SKIPPED_COUNTS.read_text()).items():
+            by_reason[reason] = Counter(where)
     for report in terminalreporter.stats.get("skipped", []):
         path, _line, reason = report.longrepr  # a skip's longrepr: (file, line, "Skipped: ...")
         relative = Path(path).resolve().relative_to(config.rootpath)
         where = "/".join(relative.parts[:3])  # tests/e2e/lab
         by_reason.setdefault(reason.removeprefix("Skipped: "), Counter())[where] += 1
+    SKIPPED_LINE.parent.mkdir(exist_ok=True)
+    SKIPPED_COUNTS.write_text(json.dumps(by_reason))
     if not by_reason:
+        SKIPPED_LINE.unlink(missing_ok=True)
         return
     parts = []
     for reason, where in sorted(by_reason.items()):
