@@ -18,6 +18,13 @@ sshd runs the forced command and puts what the client asked for into SSH_ORIGINA
 * ``VERB --option value``: one request in the same verb table, answered the same way, the
   process then exits with the answer's code (operators on the host; one-off SSH commands).
 
+An agent lives as long as its connection, and the portal keeps connections open between
+rollouts: after a host upgrade (deploy/install.sh firewall) the running agent would go on with
+the code it loaded. It notes its package's files at start; when a `version` request (the
+portal's probe before it reuses an agent) finds them changed, it exits without answering, and
+the portal starts the installed agent on a new connection (apps/firewall/transport.py treats the
+probe's end as a lost agent). Other requests are answered: a session is never cut half way.
+
 Never a shell; nothing but the verb table (verbs.py). Exit codes of the one-shot form: 0 ok,
 1 failed, 2 refused, 3 conflict, 4 busy.
 """
@@ -46,11 +53,38 @@ EXIT_PROTOCOL = 5
 ID_MAX = 64
 
 
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def installed_code(directory: Path = PACKAGE_DIR) -> tuple[tuple[str, int, int, int], ...]:
+    """The package's files as installed now (name, inode, mtime, size): an upgrade replaces or
+    rewrites them."""
+    found = []
+    for path in sorted(directory.glob("*.py")):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        found.append((path.name, st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(found)
+
+
 class Agent:
     """Answers requests for one host; `serve` is the per-connection loop."""
 
     def __init__(self, host: Host, max_input: int) -> None:
         self.host, self.max_input = host, max_input
+        self.code = installed_code()
+
+    def outdated(self, line: bytes) -> bool:
+        """Whether LINE is the portal's `version` probe and this agent's files were replaced
+        since it started (it then exits unanswered; the portal starts the installed one)."""
+        if b'"version"' not in line or installed_code() == self.code:
+            return False
+        try:
+            return bool(json.loads(line).get("verb") == "version")
+        except (ValueError, AttributeError):
+            return False
 
     def answer(self, verb: str, args: Any, given_input: Any = None) -> JSON:
         """Run one request; every failure becomes a typed error answer."""
@@ -119,6 +153,9 @@ class Agent:
                 write(stdout, self._refusal(None, f"request larger than {self.max_input} bytes"))
                 continue
             if line.strip():
+                if self.outdated(line):
+                    self.host.log({"event": "agent-replaced", "pid": os.getpid()})
+                    return EXIT_OK  # unanswered: the portal starts the installed agent
                 write(stdout, self.request(line))
                 self.host.run_later()
 

@@ -9,9 +9,10 @@ import json
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
-from lab_support import LAB_VAR, fw, in_ns, lab_sh, portal_tables_text, ssh_argv, wait_for
+from lab_support import LAB_VAR, REPO, fw, in_ns, lab_sh, portal_tables_text, ssh_argv, wait_for
 
 from apps.firewall.choices import PushStatus
 from apps.firewall.models import FirewallHost
@@ -176,6 +177,35 @@ def test_pooled_pushes_keep_one_agent_per_connection(hosts):
     assert all(o.ok for o in ruleset_rollout(versions=second))
     assert POOL.agents_started == started  # no new agent: the same processes answered
     assert {key: agent.hello["pid"] for key, agent in POOL.agents.items()} == pids
+
+
+def test_after_a_host_upgrade_the_next_push_runs_the_installed_agent(hosts):
+    """The portal keeps connections and their agents between rollouts; a host upgraded meanwhile
+    (deploy/firewall/install.sh over the same directory, as the lab installs it) must not go on
+    with the agent that loaded the old files. At the portal's probe the old agent exits
+    unanswered, the push goes through on a new connection with the installed agent."""
+    from apps.firewall.transport import POOL
+
+    POOL.close()
+    first = [version(h, port=8083) for h in hosts]
+    assert all(o.ok for o in ruleset_rollout(versions=first))
+    old_pids = {agent.hello["pid"] for agent in POOL.agents.values()}
+    assert len(old_pids) == 2
+    upgrade = subprocess.run(
+        ["bash", str(REPO / "deploy" / "firewall" / "install.sh"), "--lib", "/run/portal-lab/lib",
+         "--sbin", "/run/portal-lab", "--state", "", "--python", "/usr/bin/python3"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert upgrade.returncode == 0, upgrade.stderr
+    second = [version(h, port=8084) for h in FirewallHost.objects.order_by("rollout_order")]
+    outcomes = ruleset_rollout(versions=second)
+    assert all(o.ok for o in outcomes), [o.message for o in outcomes]
+    new_pids = {agent.hello["pid"] for agent in POOL.agents.values()}
+    assert len(new_pids) == 2
+    assert not new_pids & old_pids
+    assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in old_pids), 5)
+    for name in ("pl-nat1", "pl-nat2"):
+        assert '"event": "agent-replaced"' in (LAB_VAR / name / "fw" / "log.jsonl").read_text()
 
 
 def test_a_refused_increment_is_reported_and_the_portal_sends_the_full_bundle(hosts, request):

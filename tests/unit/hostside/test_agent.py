@@ -161,3 +161,41 @@ def test_the_launcher_runs_the_agent_without_site_packages(tmp_path):
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert probe.stdout.strip() == "False"
+
+
+def test_an_agent_whose_files_were_replaced_leaves_the_portals_probe_unanswered(agent, monkeypatch):
+    """After a host upgrade a kept connection's agent would go on with the code it loaded: at
+    the portal's `version` probe it exits unanswered instead (the portal then starts the
+    installed one); any other request is still answered, so no session is cut half way."""
+    from portal_fw import agent as agent_module
+
+    code, answers = serve(agent, b'{"id": 1, "verb": "version"}\n')
+    assert (code, [a.get("id") for a in answers]) == (0, [None, 1])  # unchanged: answered
+
+    monkeypatch.setattr(agent_module, "installed_code", lambda: (("nft.py", 1, 2, 3),))
+    code, answers = serve(
+        agent,
+        b'{"id": 2, "verb": "confirm"}\n',
+        b'{"id": 3, "verb": "version"}\n',
+        b'{"id": 4, "verb": "confirm"}\n',
+    )
+    assert code == 0
+    assert [a.get("id") for a in answers] == [None, 2]  # the hello, the confirm; then it ended
+    logged = agent.host.log_file.read_text()
+    assert '"event": "agent-replaced"' in logged
+
+
+def test_the_installed_code_changes_with_any_file_of_the_package(tmp_path):
+    import os
+    import shutil
+
+    from portal_fw.agent import PACKAGE_DIR, installed_code
+
+    copy = tmp_path / "portal_fw"
+    shutil.copytree(PACKAGE_DIR, copy)
+    before = installed_code(copy)
+    assert before == installed_code(copy)
+    assert len(before) >= 10
+    stat = (copy / "tc.py").stat()
+    os.utime(copy / "tc.py", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert installed_code(copy) != before
