@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import test_ha_failover
-from flows import Traffic
+from flows import Traffic, forget_flows
 from lab_support import LAB_VAR, lab_sh, run, wait_for
 
 from apps.firewall.models import FirewallHost
@@ -184,18 +184,6 @@ def keep_evidence(timeline: Timeline, result: dict | None, name: str) -> None:
                 shutil.copyfile(src, out / f"{host}-{log}")
 
 
-def forget_flows() -> None:
-    """The flows' conntrack entries off both hosts: each host's kernel keeps copies of its
-    peer's connections (committed at a takeover) that no packet ever ends, and later tests
-    must not find them."""
-    for host in HOSTS:
-        for proto, ports in (("tcp", (9001, 8080, 8443)), ("udp", (9002,))):
-            for port in ports:
-                for family in ("ipv4", "ipv6"):
-                    run("ip", "netns", "exec", host, "conntrack", "-D", "-f", family, "-p", proto,
-                        "--orig-port-dst", str(port))  # fmt: skip
-
-
 def transition(*args: str) -> None:
     done = lab_sh(*args)
     assert done.returncode == 0, (args, done.stderr)
@@ -208,6 +196,7 @@ def test_after_every_transition_both_hosts_hold_the_peers_states_and_no_flow_is_
     failback) of each host: every flow survives, and each host holds its peer's states within
     5 s of every transition."""
     member, device = member_in_lab
+    forget_flows()  # the counts below are this test's flows, not an earlier test's leftovers
     traffic = Traffic(member.public_ipv4.address, device.ipv4, device.ipv6, tmp_path)
     timeline = Timeline()
     result = None
