@@ -285,6 +285,15 @@ def vrrp_roles(sample: HostHealthSample | None) -> dict[str, str]:
 TRANSITION_STUCK_AFTER = 60  # seconds; a transition's steps take seconds (docs/ha.md)
 
 
+def short_duration(seconds: int) -> str:
+    """95 s, 12 min, 3 h: what a warning names (the units read the same in German)."""
+    if seconds < 600:
+        return f"{seconds} s"
+    if seconds < 3 * 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
+
+
 def transition_stuck_for(ha: dict, at: dt.datetime) -> int | None:
     """Seconds the notify hook has been running since the newest transition, when that is longer
     than TRANSITION_STUCK_AFTER; None otherwise."""
@@ -336,10 +345,10 @@ def ha_warnings(*, host: FirewallHost, sample: HostHealthSample) -> list[HealthW
             HealthWarning(
                 "transition-stuck",
                 _(
-                    "The failover hook has been driving conntrackd for %(seconds)s s after the "
+                    "The failover hook has been driving conntrackd for %(duration)s after the "
                     "last transition (it takes seconds): its log is in the pair's run directory."
                 )
-                % {"seconds": stuck},
+                % {"duration": short_duration(stuck)},
             )
         )
     stats = conntrackd.get("stats") or {}

@@ -5,9 +5,11 @@ warnings read as sentences, and the resync action is reachable by keyboard."""
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from apps.firewall.models import FirewallHost, Site
 from apps.health.models import HostHealthSample
@@ -33,6 +35,7 @@ def pair():
         )
         for n in (1, 2)
     ]  # fmt: skip
+    since = (timezone.now() - timedelta(minutes=12)).isoformat()
     stats = {"internal_active": 912, "external_active": 40, "lost_messages": 0,
              "sent_packets": 5120, "received_packets": 4410}  # fmt: skip
     for host, (v4, v6), running in ((hosts[0], ("FAULT", "FAULT"), True),
@@ -42,9 +45,11 @@ def pair():
             softirq_max_share=0.2, softirq_per_cpu=[0.2, 0.1],
             conntrack_stats={"drop": 0, "early_drop": 0, "insert_failed": 0, "invalid": 31},
             quota_hits=[{"address": member.public_ipv4.address, "packets": 18250}],
-            ha={"instances": {"ipv4": {"state": v4, "since": "2026-11-25T20:01:02Z"},
-                              "ipv6": {"state": v6, "since": "2026-11-25T20:01:02Z"}},
+            ha={"instances": {"ipv4": {"state": v4, "since": since},
+                              "ipv6": {"state": v6, "since": since}},
                 "keepalived": {"running": True},
+                # pl-nat1's notify hook has been running for 12 minutes (a stuck conntrackd)
+                "transition_running": host is hosts[0],
                 "conntrackd": {"running": running, **({"stats": stats} if running else {})}},
         )  # fmt: skip
     UserFactory(username="ada", roles=["admin"])
@@ -71,6 +76,12 @@ def test_failover_and_quota_sections_fit_and_read(browser, live_server, pair, wi
     assert ("primär" if german else "primary") in roles
     warnings = page.get_by_test_id("warnings-pl-nat2").inner_text()
     assert ("conntrackd läuft nicht" if german else "conntrackd is not running") in warnings
+    stuck = page.get_by_test_id("warnings-pl-nat1").inner_text()
+    assert (
+        "Failover-Hook steuert conntrackd seit 12 min"
+        if german
+        else "failover hook has been driving conntrackd for 12 min"
+    ) in stuck
     page.goto("/firewalls/pl-nat1/")
     quota = page.get_by_test_id("conntrack").inner_text()
     assert "18,250" in quota or "18.250" in quota
